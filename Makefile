@@ -1,0 +1,27 @@
+# Every target that needs PostgreSQL runs through scripts/with-postgres: DATABASE_URL when set,
+# else the server on 127.0.0.1:5432, else a private throwaway cluster.
+GO ?= go
+WITH_PG := scripts/with-postgres
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## Run every test with the race detector against a real PostgreSQL.
+	$(WITH_PG) $(GO) test -race -count=1 -timeout 15m ./...
+
+.PHONY: demo
+demo: ## Run the main job on the embedded default event stream.
+	$(WITH_PG) $(GO) run ./cmd/ordered demo
+
+.PHONY: bench
+bench: ## Run the Go benchmarks of the claim, complete and enqueue paths.
+	$(WITH_PG) $(GO) test -run '^$$' -bench . -benchmem ./ordered/
+
+.PHONY: lint
+lint: ## gofmt and go vet.
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo 'gofmt: the files above need formatting' && exit 1)
+	$(GO) vet ./...

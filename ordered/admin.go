@@ -1,0 +1,141 @@
+package ordered
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/orderedq/ordered/ordered/internal/store"
+)
+
+// FailedJob is a job that failed for good.
+type FailedJob struct {
+	ID      int64
+	Key     string
+	Seq     int64
+	Kind    string
+	Payload json.RawMessage
+	// Blocking is true when the job holds its key (block policy) until replayed or skipped.
+	Blocking    bool
+	Attempts    int
+	MaxAttempts int
+	LastError   string
+	CreatedAt   time.Time
+	FinishedAt  time.Time
+}
+
+// FailedJobsParams filters FailedJobs.
+type FailedJobsParams struct {
+	// Key restricts the list to one key when not empty.
+	Key string
+	// Limit bounds the list; default 100.
+	Limit int
+}
+
+// FailedJobs lists failed jobs by key and seq.
+func (c *Client) FailedJobs(ctx context.Context, p FailedJobsParams) ([]FailedJob, error) {
+	var key *string
+	if p.Key != "" {
+		key = &p.Key
+	}
+	rows, err := store.JobFailedList(ctx, c.pool, key, cmpOr(p.Limit, 100))
+	if err != nil {
+		return nil, fmt.Errorf("ordered: list failed jobs: %w", err)
+	}
+	out := make([]FailedJob, len(rows))
+	for i, r := range rows {
+		out[i] = FailedJob{
+			ID: r.ID, Key: r.Key, Seq: r.Seq, Kind: r.Kind, Payload: r.Payload,
+			Blocking: r.Status == "blocked", Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+			LastError: deref(r.LastError), CreatedAt: r.CreatedAt,
+		}
+		if r.FinishedAt != nil {
+			out[i].FinishedAt = *r.FinishedAt
+		}
+	}
+	return out, nil
+}
+
+// BlockedKey is a key whose later jobs wait behind a failed job.
+type BlockedKey struct {
+	Key string
+	// JobID and Seq name the failed job that holds the key.
+	JobID     int64
+	Seq       int64
+	Since     time.Time
+	LastError string
+}
+
+// BlockedKeys lists up to limit blocked keys (default 100).
+func (c *Client) BlockedKeys(ctx context.Context, limit int) ([]BlockedKey, error) {
+	rows, err := store.KeyBlockedList(ctx, c.pool, cmpOr(limit, 100))
+	if err != nil {
+		return nil, fmt.Errorf("ordered: list blocked keys: %w", err)
+	}
+	out := make([]BlockedKey, len(rows))
+	for i, r := range rows {
+		out[i] = BlockedKey{Key: r.Key, JobID: r.JobID, Seq: r.Seq, LastError: deref(r.LastError)}
+		if r.FinishedAt != nil {
+			out[i].Since = *r.FinishedAt
+		}
+	}
+	return out, nil
+}
+
+// ReplayParams modify Replay.
+type ReplayParams struct {
+	// Force replays even when later jobs of the key have already run, so this job will run
+	// after them.
+	Force bool
+}
+
+// Replay queues a failed job again with fresh attempts. If it blocked its key it runs before
+// the key's later jobs. ErrReplayOutOfOrder: later jobs already ran (use Force);
+// ErrLaterJobRunning: a later job is running now; ErrNotFailed: no such failed job.
+func (c *Client) Replay(ctx context.Context, id int64, p ReplayParams) error {
+	if err := store.JobReplay(ctx, c.pool, id, p.Force); err != nil {
+		return mapDBError(err)
+	}
+	return nil
+}
+
+// Skip releases the key held by a blocked job: the job stays failed, for the record, and the
+// key's next job may run. ErrNotFailed: no such failed job.
+func (c *Client) Skip(ctx context.Context, id int64) error {
+	if err := store.JobSkip(ctx, c.pool, id); err != nil {
+		return mapDBError(err)
+	}
+	return nil
+}
+
+// Stats are the queue's counts at one moment.
+type Stats struct {
+	Queued, Running, Done, Failed int64
+	// BlockedKeys counts keys held by a failed job.
+	BlockedKeys int64
+	// ExpiredLeases counts running jobs whose lease has expired (crashed or stalled workers).
+	ExpiredLeases int64
+	// OldestReady is how long the oldest claimable job has been waiting.
+	OldestReady time.Duration
+}
+
+// Stats reads the queue's counts.
+func (c *Client) Stats(ctx context.Context) (Stats, error) {
+	s, err := store.QueueStatsGet(ctx, c.pool)
+	if err != nil {
+		return Stats{}, fmt.Errorf("ordered: stats: %w", err)
+	}
+	return Stats{
+		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed,
+		BlockedKeys: s.BlockedKeys, ExpiredLeases: s.ExpiredLeases,
+		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)),
+	}, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,69 @@
+package ordered
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs raised by the schema's functions.
+const (
+	codeLateEvent        = "ORD01"
+	codeReplayOutOfOrder = "ORD02"
+	codeLaterJobRunning  = "ORD03"
+	codeNotFailed        = "ORD04"
+)
+
+// fieldError is the error shape of database/sql drivers other than pgx (bun's pgdriver).
+type fieldError interface {
+	Field(byte) string
+}
+
+// mapDBError turns the schema's own SQLSTATEs into the package's errors.
+func mapDBError(err error) error {
+	var code, message, detail string
+	var pgErr *pgconn.PgError
+	var fe fieldError
+	switch {
+	case errors.As(err, &pgErr):
+		code, message, detail = pgErr.Code, pgErr.Message, pgErr.Detail
+	case errors.As(err, &fe):
+		code, message, detail = fe.Field('C'), fe.Field('M'), fe.Field('D')
+	default:
+		return err
+	}
+	switch code {
+	case codeLateEvent:
+		late := &LateEventError{LaterSeq: -1}
+		var d struct {
+			Key      string `json:"key"`
+			Seq      int64  `json:"seq"`
+			LaterSeq *int64 `json:"later_seq"`
+		}
+		if json.Unmarshal([]byte(detail), &d) == nil {
+			late.Key, late.Seq = d.Key, d.Seq
+			if d.LaterSeq != nil {
+				late.LaterSeq = *d.LaterSeq
+			}
+		}
+		return late
+	case codeReplayOutOfOrder:
+		return &schemaError{kind: ErrReplayOutOfOrder, msg: message}
+	case codeLaterJobRunning:
+		return &schemaError{kind: ErrLaterJobRunning, msg: message}
+	case codeNotFailed:
+		return &schemaError{kind: ErrNotFailed, msg: message}
+	}
+	return err
+}
+
+// schemaError carries the database's message (which names the job and key) and matches its
+// sentinel with errors.Is.
+type schemaError struct {
+	kind error
+	msg  string
+}
+
+func (e *schemaError) Error() string { return e.msg }
+func (e *schemaError) Unwrap() error { return e.kind }

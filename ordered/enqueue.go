@@ -1,0 +1,212 @@
+package ordered
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+
+	"github.com/orderedq/ordered/ordered/internal/store"
+)
+
+// Event is one event to enqueue. Its key's events run one at a time, in Seq order.
+type Event struct {
+	// Key groups events that must run in order: a customer, an account, a conversation.
+	Key string
+	// Seq is the producer's sequence number within Key (0 or more). The pair (Key, Seq) is the
+	// event's identity: enqueuing it again is a no-op.
+	Seq int64
+	// Kind names what the event is, for handlers and operators ("invoice.paid").
+	Kind string
+	// Payload is the event's JSON document; nil means JSON null.
+	Payload json.RawMessage
+	// RunAt delays the event; the zero time means now. A delayed event still holds back the
+	// later events of its key.
+	RunAt time.Time
+	// MaxAttempts overrides Config.MaxAttempts for this event when positive.
+	MaxAttempts int
+}
+
+// EnqueueResult reports what happened to one event.
+type EnqueueResult struct {
+	// ID is the event's job, new or existing.
+	ID int64
+	// Duplicate is true when (Key, Seq) was already enqueued: nothing was written.
+	Duplicate bool
+}
+
+// Enqueue enqueues one event in its own transaction.
+func (c *Client) Enqueue(ctx context.Context, ev Event) (EnqueueResult, error) {
+	return first(c.EnqueueMany(ctx, []Event{ev}))
+}
+
+// EnqueueMany enqueues a batch in one transaction: all of it or, on any error, none of it.
+func (c *Client) EnqueueMany(ctx context.Context, events []Event) ([]EnqueueResult, error) {
+	return c.enqueue(ctx, c.pool, events)
+}
+
+// EnqueueTx enqueues one event inside tx, so it commits or rolls back with the caller's own
+// changes. Until tx ends, other enqueues and completions of the same key wait for it: keep
+// such transactions short.
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, ev Event) (EnqueueResult, error) {
+	return first(c.EnqueueManyTx(ctx, tx, []Event{ev}))
+}
+
+// EnqueueManyTx enqueues a batch inside tx (see EnqueueTx). On error the batch wrote nothing,
+// and tx is aborted: roll it back.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]EnqueueResult, error) {
+	return c.enqueue(ctx, tx, events)
+}
+
+// EnqueueBun enqueues one event through bun: inside db's transaction when db is a bun.Tx,
+// else in a transaction of its own.
+func (c *Client) EnqueueBun(ctx context.Context, db bun.IDB, ev Event) (EnqueueResult, error) {
+	return first(c.EnqueueManyBun(ctx, db, []Event{ev}))
+}
+
+// EnqueueManyBun enqueues a batch through bun (see EnqueueBun).
+func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event) ([]EnqueueResult, error) {
+	batch, err := c.encodeBatch(events)
+	if err != nil {
+		return nil, err
+	}
+	run := func(tx *sql.Tx) ([]EnqueueResult, error) {
+		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueManySQL, string(batch)))
+	}
+	switch tx := db.(type) {
+	case bun.Tx:
+		return mapEnqueueResult(run(tx.Tx))
+	case *bun.Tx:
+		return mapEnqueueResult(run(tx.Tx))
+	}
+	var results []EnqueueResult
+	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		results, err = run(tx.Tx)
+		return err
+	})
+	return mapEnqueueResult(results, err)
+}
+
+func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]EnqueueResult, error) {
+	batch, err := c.encodeBatch(events)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := store.JobEnqueueMany(ctx, db, batch)
+	if err != nil {
+		return nil, mapDBError(err)
+	}
+	results := make([]EnqueueResult, len(events))
+	for _, r := range rows {
+		results[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}
+	}
+	return results, nil
+}
+
+// wireEvent is an event as ordered_enqueue reads it.
+type wireEvent struct {
+	Key         string          `json:"key"`
+	Seq         int64           `json:"seq"`
+	Kind        string          `json:"kind,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
+	RunAt       *time.Time      `json:"run_at,omitempty"`
+	MaxAttempts int             `json:"max_attempts"`
+}
+
+var jsonNull = json.RawMessage("null")
+
+// encodeBatch validates events and encodes them for ordered_enqueue. The whole batch is
+// checked before anything is sent, so a bad event writes nothing.
+func (c *Client) encodeBatch(events []Event) ([]byte, error) {
+	if len(events) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrInvalidEvent)
+	}
+	wire := make([]wireEvent, len(events))
+	for i, ev := range events {
+		if err := c.validateEvent(i, ev); err != nil {
+			return nil, err
+		}
+		w := wireEvent{Key: ev.Key, Seq: ev.Seq, Kind: ev.Kind, Payload: ev.Payload,
+			MaxAttempts: cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts)}
+		if len(w.Payload) == 0 {
+			w.Payload = jsonNull
+		}
+		if !ev.RunAt.IsZero() {
+			t := ev.RunAt
+			w.RunAt = &t
+		}
+		wire[i] = w
+	}
+	return json.Marshal(wire)
+}
+
+func (c *Client) validateEvent(i int, ev Event) error {
+	bad := func(field, reason string, args ...any) error {
+		return &InvalidEventError{Index: i, Key: ev.Key, Seq: ev.Seq, Field: field, Reason: fmt.Sprintf(reason, args...)}
+	}
+	switch {
+	case ev.Key == "":
+		return bad("key", "empty")
+	case len(ev.Key) > c.cfg.MaxKeyBytes:
+		return bad("key", "%d bytes, over the limit of %d", len(ev.Key), c.cfg.MaxKeyBytes)
+	case !utf8.ValidString(ev.Key):
+		return bad("key", "not valid UTF-8")
+	case ev.Seq < 0:
+		return bad("seq", "negative")
+	case !utf8.ValidString(ev.Kind):
+		return bad("kind", "not valid UTF-8")
+	case len(ev.Kind) > c.cfg.MaxKeyBytes:
+		return bad("kind", "%d bytes, over the limit of %d", len(ev.Kind), c.cfg.MaxKeyBytes)
+	case ev.MaxAttempts < 0:
+		return bad("max_attempts", "negative")
+	case len(ev.Payload) > c.cfg.MaxPayloadBytes:
+		return bad("payload", "%d bytes, over the limit of %d", len(ev.Payload), c.cfg.MaxPayloadBytes)
+	case len(ev.Payload) > 0 && !json.Valid(ev.Payload):
+		return bad("payload", "not valid JSON")
+	}
+	return nil
+}
+
+func scanEnqueueRows(rows *sql.Rows, err error) ([]EnqueueResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var results []EnqueueResult
+	for rows.Next() {
+		var ord int
+		var r EnqueueResult
+		if err := rows.Scan(&ord, &r.ID, &r.Duplicate); err != nil {
+			return nil, err
+		}
+		results = append(results, r)
+	}
+	return results, rows.Err()
+}
+
+func mapEnqueueResult(results []EnqueueResult, err error) ([]EnqueueResult, error) {
+	if err != nil {
+		return nil, mapDBError(err)
+	}
+	return results, nil
+}
+
+func first(results []EnqueueResult, err error) (EnqueueResult, error) {
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	return results[0], nil
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,107 @@
+package ordered
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrLeaseLost occurs when a completion, renewal, retry or failure is made for a claim that is
+// no longer current: its lease expired, or the job was claimed again by another worker. Nothing
+// was changed; the caller must stop working on the job and must not treat it as done.
+var ErrLeaseLost = errors.New("ordered: lease lost: the job was reclaimed or its lease expired")
+
+// ErrInvalidEvent occurs when an event cannot be enqueued as given; the error is an
+// *InvalidEventError that names the event and the problem.
+var ErrInvalidEvent = errors.New("ordered: invalid event")
+
+// ErrLateEvent occurs when an event's seq is below a job of the same key that has already
+// started or finished: running it now would break the key's order. The error is a
+// *LateEventError.
+var ErrLateEvent = errors.New("ordered: late event")
+
+// ErrNotFailed occurs when a replay or skip names a job that does not exist or has not failed.
+var ErrNotFailed = errors.New("ordered: not a failed job")
+
+// ErrReplayOutOfOrder occurs when a replay would run a job after later jobs of its key that
+// already ran. Replay with force to accept that.
+var ErrReplayOutOfOrder = errors.New("ordered: replay would run out of order")
+
+// ErrLaterJobRunning occurs when a replay is asked while a later job of the key is running;
+// two jobs of one key never run at once, so wait until it has finished.
+var ErrLaterJobRunning = errors.New("ordered: a later job of the key is running")
+
+// InvalidEventError is returned for an event that cannot be enqueued; nothing of its batch was
+// written.
+type InvalidEventError struct {
+	// Index is the event's position in its batch, from 0.
+	Index int
+	Key   string
+	Seq   int64
+	// Field is the offending field: "key", "seq", "payload", "kind", "max_attempts".
+	Field  string
+	Reason string
+}
+
+func (e *InvalidEventError) Error() string {
+	return fmt.Sprintf("ordered: invalid event at index %d (key %q, seq %d): %s: %s",
+		e.Index, truncate(e.Key, 64), e.Seq, e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidEvent.
+func (e *InvalidEventError) Is(target error) bool { return target == ErrInvalidEvent }
+
+// LateEventError is returned when an event arrives after a later event of its key has
+// started; nothing of its batch was written.
+type LateEventError struct {
+	Key string
+	Seq int64
+	// LaterSeq is the seq of the job that already started, or -1 when that job has been
+	// archived.
+	LaterSeq int64
+}
+
+func (e *LateEventError) Error() string {
+	if e.LaterSeq < 0 {
+		return fmt.Sprintf("ordered: late event: key %q seq %d is at or below the key's archived history",
+			truncate(e.Key, 64), e.Seq)
+	}
+	return fmt.Sprintf("ordered: late event: key %q seq %d arrived after seq %d had already started",
+		truncate(e.Key, 64), e.Seq, e.LaterSeq)
+}
+
+// Is reports whether target is ErrLateEvent.
+func (e *LateEventError) Is(target error) bool { return target == ErrLateEvent }
+
+// permanentError marks a handler error that must not be retried.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so that the job fails at once, without further attempts; the failure
+// policy then decides what happens to its key.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was wrapped by Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,2 @@
+-- Enqueues a batch given as a JSON array (see ordered_enqueue in the schema).
+SELECT ord, id, duplicate FROM ordered_enqueue($1::jsonb);

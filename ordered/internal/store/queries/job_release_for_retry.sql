@@ -1,0 +1,11 @@
+-- Gives the current claim ($1 id, $2 claim version) back for a retry after $3, recording $4 as
+-- the error. The job stays the head of its key, so later jobs keep waiting for it.
+-- No row: the claim was lost.
+UPDATE ordered_jobs
+SET status = 'queued',
+    available_at = clock_timestamp() + $3::interval,
+    lease_until = NULL,
+    last_error = $4
+WHERE id = $1 AND claim_version = $2
+  AND status = 'running' AND lease_until > clock_timestamp()
+RETURNING id;

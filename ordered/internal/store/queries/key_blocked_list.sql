@@ -1,0 +1,6 @@
+-- Keys held by a blocked job, with that job.
+SELECT key, id, seq, finished_at, last_error
+FROM ordered_jobs
+WHERE status = 'blocked'
+ORDER BY key
+LIMIT $1;

@@ -1,0 +1,245 @@
+// Package store runs the queue's SQL. Each query lives in queries/*.sql, named after the store
+// function that runs it; multi-step operations that must lock a key before touching its jobs
+// are PL/pgSQL functions in the schema, called from here in one round trip.
+package store
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed queries/*.sql
+var queries embed.FS
+
+func query(name string) string {
+	b, err := queries.ReadFile("queries/" + name)
+	if err != nil {
+		panic("store: missing query " + name)
+	}
+	return string(b)
+}
+
+var (
+	jobClaimManySQL         = query("job_claim_many.sql")
+	jobCompleteIfClaimedSQL = query("job_complete_if_claimed.sql")
+	jobEnqueueManySQL       = query("job_enqueue_many.sql")
+	jobExhaustedListSQL     = query("job_exhausted_list.sql")
+	jobFailIfClaimedSQL     = query("job_fail_if_claimed.sql")
+	jobFailedListSQL        = query("job_failed_list.sql")
+	jobLeaseExtendSQL       = query("job_lease_extend.sql")
+	jobReleaseForRetrySQL   = query("job_release_for_retry.sql")
+	jobReplaySQL            = query("job_replay.sql")
+	jobSkipSQL              = query("job_skip.sql")
+	keyBlockedListSQL       = query("key_blocked_list.sql")
+	queueStatsSQL           = query("queue_stats.sql")
+)
+
+// JobEnqueueManySQL is the enqueue statement, for callers that run it through database/sql.
+var JobEnqueueManySQL = jobEnqueueManySQL
+
+// DBTX is a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ClaimedJob is a row returned by JobClaimMany.
+type ClaimedJob struct {
+	ID           int64
+	Key          string
+	Seq          int64
+	Kind         string
+	Payload      json.RawMessage
+	Attempts     int
+	MaxAttempts  int
+	ClaimVersion int64
+	LeaseUntil   time.Time
+	CreatedAt    time.Time
+	AvailableAt  time.Time
+	LastError    *string
+}
+
+// JobClaimMany claims up to limit jobs, leased for lease.
+func JobClaimMany(ctx context.Context, db DBTX, limit int, lease time.Duration) ([]ClaimedJob, error) {
+	rows, err := db.Query(ctx, jobClaimManySQL, limit, lease)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedJob, error) {
+		var j ClaimedJob
+		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Attempts, &j.MaxAttempts,
+			&j.ClaimVersion, &j.LeaseUntil, &j.CreatedAt, &j.AvailableAt, &j.LastError)
+		return j, err
+	})
+}
+
+// EnqueuedJob is a row returned by JobEnqueueMany: the event's 1-based position in the batch.
+type EnqueuedJob struct {
+	Ord       int
+	ID        int64
+	Duplicate bool
+}
+
+// JobEnqueueMany enqueues a batch encoded as a JSON array.
+func JobEnqueueMany(ctx context.Context, db DBTX, batch []byte) ([]EnqueuedJob, error) {
+	rows, err := db.Query(ctx, jobEnqueueManySQL, string(batch))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EnqueuedJob, error) {
+		var e EnqueuedJob
+		err := r.Scan(&e.Ord, &e.ID, &e.Duplicate)
+		return e, err
+	})
+}
+
+// JobCompleteIfClaimed completes the claim (id, version); false if it was lost.
+func JobCompleteIfClaimed(ctx context.Context, db DBTX, id, version int64) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, jobCompleteIfClaimedSQL, id, version).Scan(&ok)
+	return ok, err
+}
+
+// JobFailParams are the arguments of JobFailIfClaimed.
+type JobFailParams struct {
+	ID      int64
+	Version int64
+	Error   string
+	Block   bool
+	// Expired requires an expired lease with no attempts left instead of a live lease.
+	Expired bool
+}
+
+// JobFailIfClaimed fails a job for good; false if the claim did not qualify.
+func JobFailIfClaimed(ctx context.Context, db DBTX, p JobFailParams) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, jobFailIfClaimedSQL, p.ID, p.Version, p.Error, p.Block, p.Expired).Scan(&ok)
+	return ok, err
+}
+
+// LeaseExtend renews the claim's lease; ok is false if the claim was lost.
+func LeaseExtend(ctx context.Context, db DBTX, id, version int64, lease time.Duration) (until time.Time, ok bool, err error) {
+	err = db.QueryRow(ctx, jobLeaseExtendSQL, id, version, lease).Scan(&until)
+	if err == pgx.ErrNoRows {
+		return time.Time{}, false, nil
+	}
+	return until, err == nil, err
+}
+
+// JobReleaseForRetry queues the claimed job again after delay; false if the claim was lost.
+func JobReleaseForRetry(ctx context.Context, db DBTX, id, version int64, delay time.Duration, errText string) (bool, error) {
+	var got int64
+	err := db.QueryRow(ctx, jobReleaseForRetrySQL, id, version, delay, errText).Scan(&got)
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ExhaustedJob is a running job whose lease expired with no attempts left.
+type ExhaustedJob struct {
+	ID           int64
+	Key          string
+	Seq          int64
+	Kind         string
+	Attempts     int
+	MaxAttempts  int
+	ClaimVersion int64
+	LastError    *string
+}
+
+// JobExhaustedList lists up to limit exhausted jobs with expired leases.
+func JobExhaustedList(ctx context.Context, db DBTX, limit int) ([]ExhaustedJob, error) {
+	rows, err := db.Query(ctx, jobExhaustedListSQL, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExhaustedJob, error) {
+		var j ExhaustedJob
+		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Attempts, &j.MaxAttempts, &j.ClaimVersion, &j.LastError)
+		return j, err
+	})
+}
+
+// JobReplay queues a failed job again.
+func JobReplay(ctx context.Context, db DBTX, id int64, force bool) error {
+	_, err := db.Exec(ctx, jobReplaySQL, id, force)
+	return err
+}
+
+// JobSkip releases the key blocked by a failed job.
+func JobSkip(ctx context.Context, db DBTX, id int64) error {
+	_, err := db.Exec(ctx, jobSkipSQL, id)
+	return err
+}
+
+// FailedJob is a row returned by JobFailedList.
+type FailedJob struct {
+	ID          int64
+	Key         string
+	Seq         int64
+	Kind        string
+	Payload     json.RawMessage
+	Status      string
+	Attempts    int
+	MaxAttempts int
+	LastError   *string
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+}
+
+// JobFailedList lists failed jobs, of one key when key is not nil.
+func JobFailedList(ctx context.Context, db DBTX, key *string, limit int) ([]FailedJob, error) {
+	rows, err := db.Query(ctx, jobFailedListSQL, key, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailedJob, error) {
+		var j FailedJob
+		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Status, &j.Attempts,
+			&j.MaxAttempts, &j.LastError, &j.CreatedAt, &j.FinishedAt)
+		return j, err
+	})
+}
+
+// BlockedKey is a row returned by KeyBlockedList.
+type BlockedKey struct {
+	Key        string
+	JobID      int64
+	Seq        int64
+	FinishedAt *time.Time
+	LastError  *string
+}
+
+// KeyBlockedList lists keys held by a blocked job.
+func KeyBlockedList(ctx context.Context, db DBTX, limit int) ([]BlockedKey, error) {
+	rows, err := db.Query(ctx, keyBlockedListSQL, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (BlockedKey, error) {
+		var k BlockedKey
+		err := r.Scan(&k.Key, &k.JobID, &k.Seq, &k.FinishedAt, &k.LastError)
+		return k, err
+	})
+}
+
+// QueueStats is the row returned by QueueStatsGet.
+type QueueStats struct {
+	Queued, Running, Done, Failed, BlockedKeys, ExpiredLeases int64
+	OldestReadySeconds                                        float64
+}
+
+// QueueStatsGet reads the queue's counts.
+func QueueStatsGet(ctx context.Context, db DBTX) (QueueStats, error) {
+	var s QueueStats
+	err := db.QueryRow(ctx, queueStatsSQL).Scan(&s.Queued, &s.Running, &s.Done, &s.Failed,
+		&s.BlockedKeys, &s.ExpiredLeases, &s.OldestReadySeconds)
+	return s, err
+}

@@ -1,0 +1,224 @@
+package ordered
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orderedq/ordered/ordered/internal/store"
+	"github.com/orderedq/ordered/policy"
+)
+
+// Job is a claimed event: the caller owns it until LeaseUntil (renew to keep it longer) and
+// settles it with Complete, Retry or Fail.
+type Job struct {
+	ID      int64
+	Key     string
+	Seq     int64
+	Kind    string
+	Payload json.RawMessage
+	// Attempt is this attempt's number, from 1.
+	Attempt     int
+	MaxAttempts int
+	// ClaimVersion identifies this claim; every claim of the job gets a new one. Settling the
+	// job is accepted only for the current claim.
+	ClaimVersion int64
+	// LeaseUntil is when the claim expires, by the database's clock, as of the claim.
+	LeaseUntil  time.Time
+	CreatedAt   time.Time
+	AvailableAt time.Time
+	// LastError is the error stored by the previous attempt, if any.
+	LastError string
+}
+
+// IdempotencyKey identifies the event's business operation: "key/seq". It is the same on every
+// attempt (unlike ClaimVersion), so a handler can use it to make its effects happen once.
+func (j *Job) IdempotencyKey() string {
+	return j.Key + "/" + strconv.FormatInt(j.Seq, 10)
+}
+
+// Outcome is where a job went after a failed attempt.
+type Outcome int
+
+const (
+	// Retried: the job is queued again, after a backoff; it still holds its key.
+	Retried Outcome = iota
+	// Failed: the job failed for good and its key moved on (the policy said Skip).
+	Failed
+	// Blocked: the job failed for good and holds its key (the policy said Block).
+	Blocked
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Retried:
+		return "retried"
+	case Failed:
+		return "failed"
+	case Blocked:
+		return "blocked"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Claim claims up to limit jobs, each leased for Config.Lease: ready heads of their keys, and
+// jobs whose worker's lease expired. It runs one short auto-committed statement, takes only
+// rows no other claim holds and never waits for a locked one. No jobs is not an error.
+func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("ordered: claim limit %d must be at least 1", limit)
+	}
+	rows, err := store.JobClaimMany(ctx, c.pool, limit, c.cfg.Lease)
+	if err != nil {
+		return nil, fmt.Errorf("ordered: claim: %w", err)
+	}
+	jobs := make([]*Job, len(rows))
+	for i, r := range rows {
+		jobs[i] = &Job{
+			ID: r.ID, Key: r.Key, Seq: r.Seq, Kind: r.Kind, Payload: r.Payload,
+			Attempt: r.Attempts, MaxAttempts: r.MaxAttempts, ClaimVersion: r.ClaimVersion,
+			LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt,
+		}
+		if r.LastError != nil {
+			jobs[i].LastError = *r.LastError
+		}
+	}
+	return jobs, nil
+}
+
+// Complete marks the job done and hands its key to the next job. ErrLeaseLost: the claim is
+// no longer current and nothing changed.
+func (c *Client) Complete(ctx context.Context, job *Job) error {
+	return c.complete(ctx, c.pool, job)
+}
+
+// CompleteTx completes the job inside tx, so a handler's effect in the same database and the
+// job's completion commit together or not at all: an exactly-once effect. On ErrLeaseLost the
+// caller must roll tx back (another worker owns the job now). The key's next job cannot start
+// until tx commits.
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, job *Job) error {
+	return c.complete(ctx, tx, job)
+}
+
+func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
+	ok, err := store.JobCompleteIfClaimed(ctx, db, job.ID, job.ClaimVersion)
+	if err != nil {
+		return fmt.Errorf("ordered: complete job %d: %w", job.ID, err)
+	}
+	if !ok {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Renew extends the job's lease to Config.Lease from now and returns the new expiry.
+// ErrLeaseLost: the claim is no longer current; stop working on the job.
+func (c *Client) Renew(ctx context.Context, job *Job) (time.Time, error) {
+	until, ok, err := store.LeaseExtend(ctx, c.pool, job.ID, job.ClaimVersion, c.cfg.Lease)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ordered: renew job %d: %w", job.ID, err)
+	}
+	if !ok {
+		return time.Time{}, ErrLeaseLost
+	}
+	return until, nil
+}
+
+// Retry gives the job back after a failed attempt, to run again after Config.Backoff's delay.
+// A job with no attempts left fails for good instead, and the policy decides for its key.
+func (c *Client) Retry(ctx context.Context, job *Job, cause error) (Outcome, error) {
+	return c.RetryAfter(ctx, job, c.cfg.Backoff.Delay(job.Attempt), cause)
+}
+
+// RetryAfter is Retry with a delay chosen by the caller.
+func (c *Client) RetryAfter(ctx context.Context, job *Job, delay time.Duration, cause error) (Outcome, error) {
+	if job.Attempt >= job.MaxAttempts {
+		return c.fail(ctx, job, cause, true)
+	}
+	ok, err := store.JobReleaseForRetry(ctx, c.pool, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
+	if err != nil {
+		return 0, fmt.Errorf("ordered: retry job %d: %w", job.ID, err)
+	}
+	if !ok {
+		return 0, ErrLeaseLost
+	}
+	return Retried, nil
+}
+
+// Fail fails the job for good, without further attempts; the policy decides whether its key
+// blocks or moves on.
+func (c *Client) Fail(ctx context.Context, job *Job, cause error) (Outcome, error) {
+	return c.fail(ctx, job, cause, false)
+}
+
+func (c *Client) fail(ctx context.Context, job *Job, cause error, exhausted bool) (Outcome, error) {
+	decision := c.cfg.Policy.Decide(&policy.Failure{
+		JobID: job.ID, Key: job.Key, Seq: job.Seq, Kind: job.Kind,
+		Attempts: job.Attempt, MaxAttempts: job.MaxAttempts, Err: cause, Exhausted: exhausted,
+	})
+	ok, err := store.JobFailIfClaimed(ctx, c.pool, store.JobFailParams{
+		ID: job.ID, Version: job.ClaimVersion, Error: errorText(cause), Block: decision == policy.Block,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ordered: fail job %d: %w", job.ID, err)
+	}
+	if !ok {
+		return 0, ErrLeaseLost
+	}
+	return outcomeOf(decision), nil
+}
+
+// FailExhausted fails, through the policy, up to limit jobs whose lease expired on their last
+// attempt: their workers crashed or stalled on every attempt, so the claim will not take them
+// again. It returns how many it failed. Safe to run from many processes at once: each job is
+// failed by one of them. A job whose current lease is still valid is never failed.
+func (c *Client) FailExhausted(ctx context.Context, limit int) (int, error) {
+	if limit < 1 {
+		limit = ExhaustedBatchDefault
+	}
+	jobs, err := store.JobExhaustedList(ctx, c.pool, limit)
+	if err != nil {
+		return 0, fmt.Errorf("ordered: list exhausted jobs: %w", err)
+	}
+	failed := 0
+	for _, j := range jobs {
+		cause := fmt.Errorf("lease expired on attempt %d of %d: the worker stopped or crashed", j.Attempts, j.MaxAttempts)
+		decision := c.cfg.Policy.Decide(&policy.Failure{
+			JobID: j.ID, Key: j.Key, Seq: j.Seq, Kind: j.Kind, Attempts: j.Attempts,
+			MaxAttempts: j.MaxAttempts, Err: cause, Exhausted: true, LeaseExpired: true,
+		})
+		ok, err := store.JobFailIfClaimed(ctx, c.pool, store.JobFailParams{
+			ID: j.ID, Version: j.ClaimVersion, Error: errorText(cause),
+			Block: decision == policy.Block, Expired: true,
+		})
+		if err != nil {
+			return failed, fmt.Errorf("ordered: fail exhausted job %d: %w", j.ID, err)
+		}
+		if ok {
+			failed++
+			c.cfg.Logger.WarnContext(ctx, "ordered: job failed after its lease expired on the last attempt",
+				slogJob(j.ID, j.Key, j.Seq), "decision", decision.String())
+		}
+	}
+	return failed, nil
+}
+
+func outcomeOf(d policy.Decision) Outcome {
+	if d == policy.Block {
+		return Blocked
+	}
+	return Failed
+}
+
+// errorText is the error stored with a job: bounded, and never the payload (handlers' errors
+// are theirs to keep clean of secrets).
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return truncate(err.Error(), MaxErrorBytes)
+}
