@@ -1,9 +1,15 @@
 package ordered_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
 )
 
 func TestClaimCompleteInOrder(t *testing.T) {
@@ -18,5 +24,143 @@ func TestClaimCompleteInOrder(t *testing.T) {
 		b.claimNone(t, b.client) // the key's next job waits for this one
 		require.NoError(t, b.client.Complete(b.ctx, j))
 	}
+	b.claimNone(t, b.client)
+}
+
+// Guarantee 1: concurrent workers never receive the same job.
+func TestClaimConcurrentWorkersGetDistinctJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const keys, perKey, workers = 400, 5, 12
+	evs := make([]ordered.Event, 0, keys*perKey)
+	for k := range keys {
+		for s := range perKey {
+			evs = append(evs, ordered.Event{Key: fmt.Sprintf("k%d", k), Seq: int64(s)})
+		}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, evs)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	claimed := map[int64]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := b.newClient(t, nil)
+			idle := 0
+			for idle < 3 {
+				jobs, err := c.Claim(b.ctx, 1+w%4)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(jobs) == 0 {
+					idle++
+					continue
+				}
+				idle = 0
+				for _, j := range jobs {
+					mu.Lock()
+					claimed[j.ID]++
+					mu.Unlock()
+					if err := c.Complete(b.ctx, j); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	// Idle workers may stop while a key still has jobs; drain what is left serially.
+	for {
+		jobs, err := b.client.Claim(b.ctx, 100)
+		require.NoError(t, err)
+		if len(jobs) == 0 {
+			break
+		}
+		for _, j := range jobs {
+			claimed[j.ID]++
+			require.NoError(t, b.client.Complete(b.ctx, j))
+		}
+	}
+	require.Len(t, claimed, keys*perKey)
+	for id, n := range claimed {
+		require.Equal(t, 1, n, "job %d was claimed %d times", id, n)
+	}
+}
+
+// Guarantee 1: a locked candidate never makes another claim wait.
+func TestClaimSkipsLockedCandidate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1)
+	b.enqueue(t, "b", 1)
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var lockedID int64
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT id FROM ordered_jobs WHERE key = 'a' FOR UPDATE`).Scan(&lockedID))
+
+	// Were the claim to wait for the lock, it would hit this deadline.
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	jobs, err := b.client.Claim(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, "b", jobs[0].Key)
+
+	require.NoError(t, tx.Rollback(b.ctx))
+	a := b.claimOne(t, b.client)
+	require.Equal(t, lockedID, a.ID)
+}
+
+// The claim takes up to limit jobs in one statement, one per key.
+func TestClaimBatchTakesOneHeadPerKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for k := range 5 {
+		b.enqueue(t, fmt.Sprintf("k%d", k), 1, 2, 3)
+	}
+	jobs, err := b.client.Claim(b.ctx, 100)
+	require.NoError(t, err)
+	require.Len(t, jobs, 5)
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		require.Equal(t, int64(1), j.Seq)
+		require.False(t, seen[j.Key])
+		seen[j.Key] = true
+	}
+	jobs, err = b.client.Claim(b.ctx, 3)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+}
+
+// The NOT EXISTS guard is checked by the claim itself, not only implied by the head flag: a
+// job wrongly marked head, or an expired job with an earlier open job, is still not claimed.
+func TestClaimGuardAppliesToReadyAndRecoveredJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: time.Minute})
+	ids := b.enqueue(t, "k", 1, 2, 3)
+	first := b.claimOne(t, b.client)
+	require.Equal(t, ids[0], first.ID)
+
+	// Corrupt the head flag: seq 2 marked head while seq 1 runs.
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET head = true WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	b.claimNone(t, b.client)
+
+	// An expired running seq 3 behind a live seq 1 must not be recovered either.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET status = 'running', attempts = 1,
+		lease_until = now() - interval '1 second' WHERE id = $1`, ids[2])
+	require.NoError(t, err)
 	b.claimNone(t, b.client)
 }

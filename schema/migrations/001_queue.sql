@@ -90,6 +90,8 @@ ALTER TABLE ordered_keys SET (
 -- transaction rolls back. Callers hold the key rows locked.
 CREATE FUNCTION ordered_heads_refresh(p_keys text[]) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_late record;
 BEGIN
     UPDATE ordered_jobs AS j
     SET head = false
@@ -103,16 +105,21 @@ BEGIN
           ORDER BY o.seq LIMIT 1);
 
     -- A fresh snapshot: sees a claim that committed while the update above waited for its row.
-    PERFORM 1
+    SELECT j.key, j.seq AS later_seq, lowest.seq INTO v_late
     FROM unnest(p_keys) AS k(key)
     JOIN ordered_jobs AS j ON j.key = k.key AND j.head
-    WHERE j.id IS DISTINCT FROM (
-          SELECT o.id FROM ordered_jobs AS o
+    CROSS JOIN LATERAL (
+          SELECT o.id, o.seq FROM ordered_jobs AS o
           WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-          ORDER BY o.seq LIMIT 1);
+          ORDER BY o.seq LIMIT 1) AS lowest
+    WHERE j.id <> lowest.id
+    LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'ordered: a later job of the key has already started'
-            USING ERRCODE = 'ORD01';
+        RAISE EXCEPTION 'ordered: late event: key % seq % is below seq % that has already started',
+            v_late.key, v_late.seq, v_late.later_seq
+            USING ERRCODE = 'ORD01',
+                  DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
+                                             'later_seq', v_late.later_seq)::text;
     END IF;
 
     UPDATE ordered_jobs AS j
