@@ -41,7 +41,10 @@ CREATE TABLE ordered_jobs (
     created_at    timestamptz NOT NULL DEFAULT now(),
     attempted_at  timestamptz,
     finished_at   timestamptz,
-    CONSTRAINT ordered_jobs_key_seq UNIQUE (key, seq)
+    -- Identity of an event. Its columns are (seq, key), not (key, seq), on purpose: an index
+    -- led by key would let the planner serve the per-key guard from it and walk a key's whole
+    -- finished history, where ordered_jobs_open reads only open jobs.
+    CONSTRAINT ordered_jobs_seq_key UNIQUE (seq, key)
 );
 
 -- The claim reads the front of this index: ready heads, oldest first. At most one row per key.
@@ -59,6 +62,10 @@ CREATE INDEX ordered_jobs_open ON ordered_jobs (key, seq)
 -- The current head of a key, found without walking its backlog.
 CREATE INDEX ordered_jobs_heads ON ordered_jobs (key)
     WHERE head;
+
+-- Finished jobs of a key: an event below one of them is late.
+CREATE INDEX ordered_jobs_closed ON ordered_jobs (key, seq)
+    WHERE status IN ('done', 'failed');
 
 -- Failed jobs for inspection, replay and skip.
 CREATE INDEX ordered_jobs_failed ON ordered_jobs (key, seq)
@@ -180,16 +187,24 @@ BEGIN
         LEFT JOIN ordered_jobs AS j ON j.key = b.key AND j.seq = b.seq
         ORDER BY b.ord);
 
-    SELECT b.key, b.seq, n.seq AS later_seq INTO v_late
+    -- Late: a later job of the key finished, or the first later open job has started (jobs
+    -- start in seq order, so if that one has not, no later open job has).
+    SELECT b.key, b.seq, coalesce(closed.seq, open.seq) AS later_seq INTO v_late
     FROM unnest(v_events) AS b
     JOIN ordered_keys AS k ON k.key = b.key
     LEFT JOIN LATERAL (
-        SELECT j.seq, j.status, j.attempts FROM ordered_jobs AS j
-        WHERE j.key = b.key AND j.seq > b.seq
+        SELECT j.seq FROM ordered_jobs AS j
+        WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('done', 'failed')
         ORDER BY j.seq LIMIT 1
-    ) AS n ON true
+    ) AS closed ON true
+    LEFT JOIN LATERAL (
+        SELECT j.seq, j.status, j.attempts FROM ordered_jobs AS j
+        WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
+        ORDER BY j.seq LIMIT 1
+    ) AS open ON true
     WHERE b.existing_id IS NULL
-      AND (b.seq <= k.archived_seq OR n.status <> 'queued' OR n.attempts > 0)
+      AND (b.seq <= k.archived_seq OR closed.seq IS NOT NULL
+           OR open.status <> 'queued' OR open.attempts > 0)
     ORDER BY b.ord
     LIMIT 1;
     IF FOUND THEN
@@ -310,13 +325,17 @@ BEGIN
         RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
     END IF;
     IF EXISTS (SELECT 1 FROM ordered_jobs
-               WHERE key = v_key AND seq > v_seq AND status = 'running') THEN
+               WHERE key = v_key AND seq > v_seq AND status IN ('queued', 'running', 'blocked')
+                 AND status = 'running') THEN
         RAISE EXCEPTION 'ordered: job % cannot be replayed while a later job of key % is running',
             p_id, v_key USING ERRCODE = 'ORD03';
     END IF;
-    IF NOT p_force AND EXISTS (
-            SELECT 1 FROM ordered_jobs
-            WHERE key = v_key AND seq > v_seq AND (status <> 'queued' OR attempts > 0)) THEN
+    IF NOT p_force AND (
+            EXISTS (SELECT 1 FROM ordered_jobs
+                    WHERE key = v_key AND seq > v_seq AND status IN ('done', 'failed'))
+         OR EXISTS (SELECT 1 FROM ordered_jobs
+                    WHERE key = v_key AND seq > v_seq AND status IN ('queued', 'running', 'blocked')
+                      AND (status <> 'queued' OR attempts > 0))) THEN
         RAISE EXCEPTION 'ordered: replaying job % would run it after later jobs of key % (force to replay anyway)',
             p_id, v_key USING ERRCODE = 'ORD02';
     END IF;

@@ -39,6 +39,9 @@ var (
 	queueStatsSQL           = query("queue_stats.sql")
 )
 
+// JobClaimManySQL is the claim statement, exported for plan tests.
+var JobClaimManySQL = jobClaimManySQL
+
 // JobEnqueueManySQL is the enqueue statement, for callers that run it through database/sql.
 var JobEnqueueManySQL = jobEnqueueManySQL
 

@@ -1,0 +1,97 @@
+package ordered_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
+)
+
+// claimBuffers runs the claim of limit jobs under EXPLAIN (ANALYZE, BUFFERS) in a transaction
+// that is rolled back, and returns the shared buffers it touched.
+func claimBuffers(t *testing.T, b *testBundle, limit int) (buffers int, plan string) {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var out []byte
+	require.NoError(t, tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.JobClaimManySQL,
+		limit, time.Minute).Scan(&out))
+	var doc []struct {
+		Plan struct {
+			ActualRows   int `json:"Actual Rows"`
+			SharedHit    int `json:"Shared Hit Blocks"`
+			SharedRead   int `json:"Shared Read Blocks"`
+			SharedDirty  int `json:"Shared Dirtied Blocks"`
+			SharedWrites int `json:"Shared Written Blocks"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(out, &doc))
+	p := doc[0].Plan
+	require.Equal(t, limit, p.ActualRows, "the claim took fewer jobs than asked")
+	return p.SharedHit + p.SharedRead, string(out)
+}
+
+// The claim's cost must not grow with one key's backlog: with a key holding 100,000 queued jobs
+// behind a running head, claiming other keys' jobs touches as many buffers as without it.
+func TestClaimCostIndependentOfHotKeyBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const others, hot, limit = 1000, 100_000, 20
+
+	evs := make([]ordered.Event, others)
+	for i := range evs {
+		evs[i] = ordered.Event{Key: fmt.Sprintf("other-%04d", i), Seq: 1, Payload: json.RawMessage(`{"n":1}`)}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, evs)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `ANALYZE ordered_jobs`)
+	require.NoError(t, err)
+	without, _ := claimBuffers(t, b, limit)
+
+	// The hot key: its head older than every other job, claimed and running, then a deep backlog.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '1 hour'`)
+	require.NoError(t, err)
+	b.enqueue(t, "hot", 0)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '2 hours' WHERE key = 'hot'`)
+	require.NoError(t, err)
+	require.Equal(t, "hot", b.claimOne(t, b.client).Key)
+	for lo := 1; lo <= hot; lo += 10_000 {
+		batch := make([]ordered.Event, 10_000)
+		for i := range batch {
+			batch[i] = ordered.Event{Key: "hot", Seq: int64(lo + i), Payload: json.RawMessage(`{"n":1}`)}
+		}
+		_, err := b.client.EnqueueMany(b.ctx, batch)
+		require.NoError(t, err)
+	}
+	// The backlog is older than the other keys' jobs: a claim that scanned it would read it all.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '2 hours'
+		WHERE key = 'hot' AND status = 'queued'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	require.NoError(t, err)
+
+	with, plan := claimBuffers(t, b, limit)
+	t.Logf("claim of %d: %d buffers without the hot key, %d with %d jobs behind it", limit, without, with, hot)
+	require.LessOrEqual(t, with, 2*without+50, "the claim scanned the hot key's backlog:\n%s", plan)
+
+	// A key with a long finished history and a ready head: the guard must read only open jobs.
+	_, err = b.pool.Exec(b.ctx, `
+		INSERT INTO ordered_jobs (key, seq, payload, max_attempts, status, finished_at)
+		SELECT 'history', g, '{}', 1, 'done', now() FROM generate_series(0, 49999) AS g`)
+	require.NoError(t, err)
+	b.enqueue(t, "history", 50_000)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '3 hours'
+		WHERE key = 'history' AND status = 'queued'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	require.NoError(t, err)
+	withHistory, plan := claimBuffers(t, b, limit)
+	t.Logf("claim of %d with a 50,000-job finished history under one head: %d buffers", limit, withHistory)
+	require.LessOrEqual(t, withHistory, 2*without+50, "the guard scanned a key's finished history:\n%s", plan)
+}
