@@ -1,10 +1,12 @@
 package ordered
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -71,42 +73,71 @@ func (c *Client) EnqueueBun(ctx context.Context, db bun.IDB, ev Event) (EnqueueR
 
 // EnqueueManyBun enqueues a batch through bun (see EnqueueBun).
 func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event) ([]EnqueueResult, error) {
-	batch, err := c.encodeBatch(events)
+	b, err := c.encodeBatch(events)
 	if err != nil {
 		return nil, err
 	}
-	run := func(tx *sql.Tx) ([]EnqueueResult, error) {
-		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueManySQL, string(batch)))
+	if err := c.admit(ctx, len(b.unique)); err != nil {
+		return nil, err
 	}
+	run := func(tx *sql.Tx) ([]store.EnqueuedJob, error) {
+		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueManySQL, string(b.json)))
+	}
+	var rows []store.EnqueuedJob
 	switch tx := db.(type) {
 	case bun.Tx:
-		return mapEnqueueResult(run(tx.Tx))
+		rows, err = run(tx.Tx)
 	case *bun.Tx:
-		return mapEnqueueResult(run(tx.Tx))
+		rows, err = run(tx.Tx)
+	default:
+		err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			rows, err = run(tx.Tx)
+			return err
+		})
 	}
-	var results []EnqueueResult
-	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		results, err = run(tx.Tx)
-		return err
-	})
-	return mapEnqueueResult(results, err)
-}
-
-func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]EnqueueResult, error) {
-	batch, err := c.encodeBatch(events)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := store.JobEnqueueMany(ctx, db, batch)
 	if err != nil {
 		return nil, mapDBError(err)
 	}
-	results := make([]EnqueueResult, len(events))
-	for _, r := range rows {
-		results[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}
+	return b.results(rows), nil
+}
+
+func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]EnqueueResult, error) {
+	b, err := c.encodeBatch(events)
+	if err != nil {
+		return nil, err
 	}
-	return results, nil
+	if err := c.admit(ctx, len(b.unique)); err != nil {
+		return nil, err
+	}
+	rows, err := store.JobEnqueueMany(ctx, db, b.json)
+	if err != nil {
+		return nil, mapDBError(err)
+	}
+	return b.results(rows), nil
+}
+
+// encodedBatch is a validated batch as sent to ordered_enqueue. An event repeated within the
+// batch is sent once; its repeats report the same job, as duplicates.
+type encodedBatch struct {
+	json   []byte
+	unique []int // unique[i]: the position in the batch of the i-th event sent
+	sentAs []int // sentAs[i]: the index in unique of event i
+}
+
+func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
+	sent := make([]EnqueueResult, len(b.unique))
+	for _, r := range rows {
+		sent[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}
+	}
+	results := make([]EnqueueResult, len(b.sentAs))
+	for i, u := range b.sentAs {
+		results[i] = sent[u]
+		if b.unique[u] != i {
+			results[i].Duplicate = true
+		}
+	}
+	return results
 }
 
 // wireEvent is an event as ordered_enqueue reads it.
@@ -123,15 +154,29 @@ var jsonNull = json.RawMessage("null")
 
 // encodeBatch validates events and encodes them for ordered_enqueue. The whole batch is
 // checked before anything is sent, so a bad event writes nothing.
-func (c *Client) encodeBatch(events []Event) ([]byte, error) {
+func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	if len(events) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidEvent)
 	}
-	wire := make([]wireEvent, len(events))
+	type identity struct {
+		key string
+		seq int64
+	}
+	b := &encodedBatch{sentAs: make([]int, len(events))}
+	seen := make(map[identity]int, len(events))
+	wire := make([]wireEvent, 0, len(events))
 	for i, ev := range events {
 		if err := c.validateEvent(i, ev); err != nil {
 			return nil, err
 		}
+		id := identity{ev.Key, ev.Seq}
+		if u, ok := seen[id]; ok {
+			b.sentAs[i] = u
+			continue
+		}
+		seen[id] = len(b.unique)
+		b.sentAs[i] = len(b.unique)
+		b.unique = append(b.unique, i)
 		w := wireEvent{Key: ev.Key, Seq: ev.Seq, Kind: ev.Kind, Payload: ev.Payload,
 			MaxAttempts: cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts)}
 		if len(w.Payload) == 0 {
@@ -141,9 +186,11 @@ func (c *Client) encodeBatch(events []Event) ([]byte, error) {
 			t := ev.RunAt
 			w.RunAt = &t
 		}
-		wire[i] = w
+		wire = append(wire, w)
 	}
-	return json.Marshal(wire)
+	var err error
+	b.json, err = json.Marshal(wire)
+	return b, err
 }
 
 func (c *Client) validateEvent(i int, ev Event) error {
@@ -157,10 +204,14 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("key", "%d bytes, over the limit of %d", len(ev.Key), c.cfg.MaxKeyBytes)
 	case !utf8.ValidString(ev.Key):
 		return bad("key", "not valid UTF-8")
+	case strings.ContainsRune(ev.Key, 0):
+		return bad("key", "contains a NUL character, which PostgreSQL cannot store")
 	case ev.Seq < 0:
 		return bad("seq", "negative")
 	case !utf8.ValidString(ev.Kind):
 		return bad("kind", "not valid UTF-8")
+	case strings.ContainsRune(ev.Kind, 0):
+		return bad("kind", "contains a NUL character, which PostgreSQL cannot store")
 	case len(ev.Kind) > c.cfg.MaxKeyBytes:
 		return bad("kind", "%d bytes, over the limit of %d", len(ev.Kind), c.cfg.MaxKeyBytes)
 	case ev.MaxAttempts < 0:
@@ -169,32 +220,45 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("payload", "%d bytes, over the limit of %d", len(ev.Payload), c.cfg.MaxPayloadBytes)
 	case len(ev.Payload) > 0 && !json.Valid(ev.Payload):
 		return bad("payload", "not valid JSON")
+	case hasEscapedNUL(ev.Payload):
+		return bad("payload", `contains \u0000, which PostgreSQL's jsonb cannot store`)
 	}
 	return nil
 }
 
-func scanEnqueueRows(rows *sql.Rows, err error) ([]EnqueueResult, error) {
+// hasEscapedNUL reports whether valid JSON holds the escape \u0000 in a string.
+func hasEscapedNUL(payload []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(payload[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		backslashes := 0
+		for k := at - 1; k >= 0 && payload[k] == '\\'; k-- {
+			backslashes++
+		}
+		if backslashes%2 == 0 { // the backslash of \u0000 is not itself escaped
+			return true
+		}
+		i = at + 1
+	}
+}
+
+func scanEnqueueRows(rows *sql.Rows, err error) ([]store.EnqueuedJob, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var results []EnqueueResult
+	var out []store.EnqueuedJob
 	for rows.Next() {
-		var ord int
-		var r EnqueueResult
-		if err := rows.Scan(&ord, &r.ID, &r.Duplicate); err != nil {
+		var r store.EnqueuedJob
+		if err := rows.Scan(&r.Ord, &r.ID, &r.Duplicate); err != nil {
 			return nil, err
 		}
-		results = append(results, r)
+		out = append(out, r)
 	}
-	return results, rows.Err()
-}
-
-func mapEnqueueResult(results []EnqueueResult, err error) ([]EnqueueResult, error) {
-	if err != nil {
-		return nil, mapDBError(err)
-	}
-	return results, nil
+	return out, rows.Err()
 }
 
 func first(results []EnqueueResult, err error) (EnqueueResult, error) {

@@ -188,7 +188,8 @@ BEGIN
         ORDER BY b.ord);
 
     -- Late: a later job of the key finished, or the first later open job has started (jobs
-    -- start in seq order, so if that one has not, no later open job has).
+    -- start in seq order, so if that one has not, no later open job has). attempted_at, not
+    -- attempts, marks a start: a replay resets the attempts of a job that did run.
     SELECT b.key, b.seq, coalesce(closed.seq, open.seq) AS later_seq INTO v_late
     FROM unnest(v_events) AS b
     JOIN ordered_keys AS k ON k.key = b.key
@@ -198,13 +199,13 @@ BEGIN
         ORDER BY j.seq LIMIT 1
     ) AS closed ON true
     LEFT JOIN LATERAL (
-        SELECT j.seq, j.status, j.attempts FROM ordered_jobs AS j
+        SELECT j.seq, j.status, j.attempted_at FROM ordered_jobs AS j
         WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
         ORDER BY j.seq LIMIT 1
     ) AS open ON true
     WHERE b.existing_id IS NULL
       AND (b.seq <= k.archived_seq OR closed.seq IS NOT NULL
-           OR open.status <> 'queued' OR open.attempts > 0)
+           OR open.status <> 'queued' OR open.attempted_at IS NOT NULL)
     ORDER BY b.ord
     LIMIT 1;
     IF FOUND THEN
@@ -225,6 +226,12 @@ BEGIN
     FROM unnest(v_events) AS b WHERE b.existing_id IS NULL;
     IF v_keys IS NOT NULL THEN
         PERFORM ordered_heads_refresh(v_keys);
+    END IF;
+
+    -- One wake-up per batch, delivered at commit; the payload lets listeners of other schemas
+    -- in the same database ignore it.
+    IF v_keys IS NOT NULL THEN
+        PERFORM pg_notify('ordered_jobs', current_schema());
     END IF;
 
     RETURN QUERY
@@ -335,7 +342,7 @@ BEGIN
                     WHERE key = v_key AND seq > v_seq AND status IN ('done', 'failed'))
          OR EXISTS (SELECT 1 FROM ordered_jobs
                     WHERE key = v_key AND seq > v_seq AND status IN ('queued', 'running', 'blocked')
-                      AND (status <> 'queued' OR attempts > 0))) THEN
+                      AND (status <> 'queued' OR attempted_at IS NOT NULL))) THEN
         RAISE EXCEPTION 'ordered: replaying job % would run it after later jobs of key % (force to replay anyway)',
             p_id, v_key USING ERRCODE = 'ORD02';
     END IF;
@@ -344,6 +351,7 @@ BEGIN
         lease_until = NULL, finished_at = NULL
     WHERE id = p_id;
     PERFORM ordered_heads_refresh(ARRAY[v_key]);
+    PERFORM pg_notify('ordered_jobs', current_schema());
 END
 $$;
 
@@ -364,6 +372,7 @@ BEGIN
     WHERE id = p_id AND status = 'blocked';
     IF FOUND THEN
         PERFORM ordered_heads_refresh(ARRAY[v_key]);
+        PERFORM pg_notify('ordered_jobs', current_schema());
     END IF;
 END
 $$;
