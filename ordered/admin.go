@@ -139,3 +139,26 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// ArchiveParams bound one Archive call.
+type ArchiveParams struct {
+	// OlderThan keeps jobs finished more recently than this; 0 archives every done job.
+	OlderThan time.Duration
+	// Limit bounds the jobs deleted by the call; default ArchiveBatchDefault.
+	Limit int
+}
+
+// ArchiveBatchDefault is how many finished jobs one Archive call deletes at most.
+const ArchiveBatchDefault = 1000
+
+// Archive deletes one bounded batch of done jobs (failed jobs are kept for investigation) and
+// returns how many it deleted; call it until it returns fewer than the limit. Each key
+// remembers the highest seq archived, so a producer that re-sends an archived event gets
+// ErrLateEvent rather than running it again. Safe to run from many processes at once.
+func (c *Client) Archive(ctx context.Context, p ArchiveParams) (int, error) {
+	n, err := store.JobArchive(ctx, c.pool, max(p.OlderThan, 0), cmpOr(p.Limit, ArchiveBatchDefault))
+	if err != nil {
+		return 0, fmt.Errorf("ordered: archive: %w", err)
+	}
+	return int(n), nil
+}

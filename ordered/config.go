@@ -52,9 +52,17 @@ type Config struct {
 	// MaxPayloadBytes bounds an event's JSON payload. Default MaxPayloadBytesDefault.
 	MaxPayloadBytes int
 
+	// MaxBacklog refuses enqueues (ErrBacklogFull) once this many jobs are queued; 0 means no
+	// limit. The count is refreshed at most every BacklogCheckInterval, so the limit may be
+	// passed by what is enqueued within one interval.
+	MaxBacklog int64
+
 	// Logger receives the client's structured logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// BacklogCheckInterval is how often admission control recounts the queued jobs.
+const BacklogCheckInterval = time.Second
 
 func (c *Config) withDefaults() *Config {
 	if c == nil {
@@ -85,6 +93,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("ordered: Config.MaxAttempts %d must be at least 1", c.MaxAttempts)
 	case c.MaxKeyBytes < 1 || c.MaxKeyBytes > MaxKeyBytesMax:
 		return fmt.Errorf("ordered: Config.MaxKeyBytes %d must be between 1 and %d", c.MaxKeyBytes, MaxKeyBytesMax)
+	case c.MaxBacklog < 0:
+		return fmt.Errorf("ordered: Config.MaxBacklog %d must not be negative", c.MaxBacklog)
 	case c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > MaxPayloadBytesMax:
 		return fmt.Errorf("ordered: Config.MaxPayloadBytes %d must be between 1 and %d", c.MaxPayloadBytes, MaxPayloadBytesMax)
 	}

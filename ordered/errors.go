@@ -30,6 +30,10 @@ var ErrReplayOutOfOrder = errors.New("ordered: replay would run out of order")
 // two jobs of one key never run at once, so wait until it has finished.
 var ErrLaterJobRunning = errors.New("ordered: a later job of the key is running")
 
+// ErrBacklogFull occurs when an enqueue would take the queue past Config.MaxBacklog queued jobs;
+// nothing was written. Retry later, or shed load.
+var ErrBacklogFull = errors.New("ordered: backlog full")
+
 // InvalidEventError is returned for an event that cannot be enqueued; nothing of its batch was
 // written.
 type InvalidEventError struct {

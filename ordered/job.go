@@ -31,8 +31,13 @@ type Job struct {
 	LeaseUntil  time.Time
 	CreatedAt   time.Time
 	AvailableAt time.Time
+	// AttemptedAt is when this claim was made, by the database's clock.
+	AttemptedAt time.Time
 	// LastError is the error stored by the previous attempt, if any.
 	LastError string
+
+	// recovered is set when the claim took the job back from an expired lease.
+	recovered bool
 }
 
 // IdempotencyKey identifies the event's business operation: "key/seq". It is the same on every
@@ -82,6 +87,7 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 			ID: r.ID, Key: r.Key, Seq: r.Seq, Kind: r.Kind, Payload: r.Payload,
 			Attempt: r.Attempts, MaxAttempts: r.MaxAttempts, ClaimVersion: r.ClaimVersion,
 			LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt,
+			AttemptedAt: r.AttemptedAt, recovered: r.Recovered,
 		}
 		if r.LastError != nil {
 			jobs[i].LastError = *r.LastError
@@ -177,6 +183,10 @@ func (c *Client) fail(ctx context.Context, job *Job, cause error, exhausted bool
 // again. It returns how many it failed. Safe to run from many processes at once: each job is
 // failed by one of them. A job whose current lease is still valid is never failed.
 func (c *Client) FailExhausted(ctx context.Context, limit int) (int, error) {
+	return c.failExhausted(ctx, limit, nil)
+}
+
+func (c *Client) failExhausted(ctx context.Context, limit int, onFail func(policy.Decision)) (int, error) {
 	if limit < 1 {
 		limit = ExhaustedBatchDefault
 	}
@@ -200,6 +210,9 @@ func (c *Client) FailExhausted(ctx context.Context, limit int) (int, error) {
 		}
 		if ok {
 			failed++
+			if onFail != nil {
+				onFail(decision)
+			}
 			c.cfg.Logger.WarnContext(ctx, "ordered: job failed after its lease expired on the last attempt",
 				slogJob(j.ID, j.Key, j.Seq), "decision", decision.String())
 		}

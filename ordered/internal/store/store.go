@@ -65,7 +65,10 @@ type ClaimedJob struct {
 	LeaseUntil   time.Time
 	CreatedAt    time.Time
 	AvailableAt  time.Time
+	AttemptedAt  time.Time
 	LastError    *string
+	// Recovered is true when the job was taken back from a claim whose lease expired.
+	Recovered bool
 }
 
 // JobClaimMany claims up to limit jobs, leased for lease.
@@ -77,7 +80,8 @@ func JobClaimMany(ctx context.Context, db DBTX, limit int, lease time.Duration) 
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedJob, error) {
 		var j ClaimedJob
 		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Attempts, &j.MaxAttempts,
-			&j.ClaimVersion, &j.LeaseUntil, &j.CreatedAt, &j.AvailableAt, &j.LastError)
+			&j.ClaimVersion, &j.LeaseUntil, &j.CreatedAt, &j.AvailableAt, &j.AttemptedAt, &j.LastError,
+			&j.Recovered)
 		return j, err
 	})
 }
@@ -245,4 +249,23 @@ func QueueStatsGet(ctx context.Context, db DBTX) (QueueStats, error) {
 	err := db.QueryRow(ctx, queueStatsSQL).Scan(&s.Queued, &s.Running, &s.Done, &s.Failed,
 		&s.BlockedKeys, &s.ExpiredLeases, &s.OldestReadySeconds)
 	return s, err
+}
+
+var (
+	jobArchiveSQL   = query("job_archive.sql")
+	queueBacklogSQL = query("queue_backlog.sql")
+)
+
+// JobArchive deletes up to limit done jobs finished longer than olderThan ago.
+func JobArchive(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, jobArchiveSQL, olderThan, limit).Scan(&n)
+	return n, err
+}
+
+// QueueBacklog counts queued jobs.
+func QueueBacklog(ctx context.Context, db DBTX) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, queueBacklogSQL).Scan(&n)
+	return n, err
 }

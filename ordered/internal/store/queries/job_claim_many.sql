@@ -36,9 +36,9 @@ WITH recovered AS (
     LIMIT greatest($1 - (SELECT count(*) FROM recovered), 0)
     FOR UPDATE SKIP LOCKED
 ), candidate AS (
-    SELECT id FROM recovered
+    SELECT id, true AS recovered FROM recovered
     UNION ALL
-    SELECT id FROM ready
+    SELECT id, false AS recovered FROM ready
 )
 UPDATE ordered_jobs AS j
 SET status = 'running',
@@ -49,4 +49,5 @@ SET status = 'running',
 FROM candidate
 WHERE j.id = candidate.id
 RETURNING j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts, j.claim_version,
-          j.lease_until, j.created_at, j.available_at, j.last_error;
+          j.lease_until, j.created_at, j.available_at, j.attempted_at, j.last_error,
+          candidate.recovered;

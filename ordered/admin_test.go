@@ -1,0 +1,328 @@
+package ordered_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+func blockPolicyCfg() *ordered.Config { return &ordered.Config{Policy: policy.Always(policy.Block)} }
+func skipPolicyCfg() *ordered.Config  { return &ordered.Config{Policy: policy.Always(policy.Skip)} }
+
+// failNextHead claims the next job, which must be key/seq, and fails it for good with cause.
+func (b *testBundle) failNextHead(t *testing.T, key string, seq int64, cause error) (*ordered.Job, ordered.Outcome) {
+	t.Helper()
+	j := b.claimOne(t, b.client)
+	require.Equal(t, key, j.Key)
+	require.Equal(t, seq, j.Seq)
+	out, err := b.client.Fail(b.ctx, j, cause)
+	require.NoError(t, err)
+	return j, out
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Block policy.
+
+func TestBlockPolicyHoldsTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, blockPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2)
+
+	j, out := b.failNextHead(t, "k", 1, errors.New("boom"))
+	require.Equal(t, ordered.Blocked, out)
+	require.Equal(t, "blocked", b.jobStatus(t, ids[0]))
+
+	blocked, err := b.client.BlockedKeys(b.ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, blocked, 1)
+	require.Equal(t, "k", blocked[0].Key)
+	require.Equal(t, j.ID, blocked[0].JobID)
+	require.EqualValues(t, 1, blocked[0].Seq)
+	require.Equal(t, "boom", blocked[0].LastError)
+	require.False(t, blocked[0].Since.IsZero())
+
+	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{})
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+	require.Equal(t, j.ID, failed[0].ID)
+	require.Equal(t, "k", failed[0].Key)
+	require.EqualValues(t, 1, failed[0].Seq)
+	require.True(t, failed[0].Blocking)
+	require.Equal(t, 1, failed[0].Attempts)
+	require.Equal(t, "boom", failed[0].LastError)
+	require.False(t, failed[0].FinishedAt.IsZero())
+
+	b.claimNone(t, b.client) // k/2 waits behind the blocked k/1
+	require.Equal(t, "queued", b.jobStatus(t, ids[1]))
+
+	st, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Failed)
+	require.EqualValues(t, 1, st.BlockedKeys)
+	require.EqualValues(t, 1, st.Queued)
+	require.Zero(t, st.Running)
+	require.Zero(t, st.Done)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Skip.
+
+func TestSkipReleasesABlockedKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, blockPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2, 3)
+	j1, out := b.failNextHead(t, "k", 1, errors.New("boom"))
+	require.Equal(t, ordered.Blocked, out)
+	b.claimNone(t, b.client)
+
+	// Skipping a job that has not failed is refused and changes nothing.
+	err := b.client.Skip(b.ctx, ids[1]) // queued
+	require.ErrorIs(t, err, ordered.ErrNotFailed)
+	require.Equal(t, "queued", b.jobStatus(t, ids[1]))
+	require.ErrorIs(t, b.client.Skip(b.ctx, 1<<40), ordered.ErrNotFailed) // no such job
+	b.claimNone(t, b.client)
+	require.Equal(t, "blocked", b.jobStatus(t, j1.ID))
+
+	require.NoError(t, b.client.Skip(b.ctx, j1.ID))
+	require.Equal(t, "failed", b.jobStatus(t, j1.ID))
+
+	j2 := b.claimOne(t, b.client)
+	require.EqualValues(t, 2, j2.Seq)
+	require.ErrorIs(t, b.client.Skip(b.ctx, j2.ID), ordered.ErrNotFailed) // running
+	require.Equal(t, "running", b.jobStatus(t, j2.ID))
+
+	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{Key: "k"})
+	require.NoError(t, err)
+	require.Len(t, failed, 1, "the skipped job stays on record")
+	require.Equal(t, j1.ID, failed[0].ID)
+	require.False(t, failed[0].Blocking)
+	require.Equal(t, "boom", failed[0].LastError)
+
+	blocked, err := b.client.BlockedKeys(b.ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, blocked)
+	st, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Failed)
+	require.Zero(t, st.BlockedKeys)
+
+	// Skipping it again is a no-op: it does not release the key a second time.
+	require.NoError(t, b.client.Skip(b.ctx, j1.ID))
+	require.Equal(t, "failed", b.jobStatus(t, j1.ID))
+	b.claimNone(t, b.client) // k/3 still waits for the running k/2
+	require.NoError(t, b.client.Complete(b.ctx, j2))
+	j3 := b.claimOne(t, b.client)
+	require.EqualValues(t, 3, j3.Seq)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Replay of a blocked head.
+
+func TestReplayBlockedHeadRunsFirstWithFreshAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, blockPolicyCfg())
+	res, err := b.client.EnqueueMany(b.ctx, []ordered.Event{
+		{Key: "k", Seq: 1, MaxAttempts: 3}, {Key: "k", Seq: 2},
+	})
+	require.NoError(t, err)
+	id1, id2 := res[0].ID, res[1].ID
+
+	// Two attempts, then a permanent failure.
+	j := b.claimOne(t, b.client)
+	require.Equal(t, id1, j.ID)
+	out, err := b.client.RetryAfter(b.ctx, j, 0, errors.New("first"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Retried, out)
+	j = b.claimWithin(t, b.client, 5*time.Second)
+	require.Equal(t, id1, j.ID)
+	require.Equal(t, 2, j.Attempt)
+	out, err = b.client.Fail(b.ctx, j, errors.New("second"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Blocked, out)
+	b.claimNone(t, b.client)
+
+	// Replaying a job that has not failed is refused.
+	require.ErrorIs(t, b.client.Replay(b.ctx, id2, ordered.ReplayParams{}), ordered.ErrNotFailed)
+	require.ErrorIs(t, b.client.Replay(b.ctx, 1<<40, ordered.ReplayParams{}), ordered.ErrNotFailed)
+
+	require.NoError(t, b.client.Replay(b.ctx, id1, ordered.ReplayParams{}))
+	require.Equal(t, "queued", b.jobStatus(t, id1))
+	blocked, err := b.client.BlockedKeys(b.ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, blocked)
+	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{})
+	require.NoError(t, err)
+	require.Empty(t, failed)
+
+	j = b.claimOne(t, b.client)
+	require.Equal(t, id1, j.ID, "the replayed job runs before the key's later jobs")
+	require.Equal(t, 1, j.Attempt, "attempts start over")
+	require.Equal(t, 3, j.MaxAttempts)
+	b.claimNone(t, b.client)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+
+	j = b.claimOne(t, b.client)
+	require.Equal(t, id2, j.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	b.claimNone(t, b.client)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. Replay out of order.
+
+func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2)
+
+	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
+	require.Equal(t, ordered.Failed, out)
+	j2 := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], j2.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j2))
+
+	err := b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{})
+	require.ErrorIs(t, err, ordered.ErrReplayOutOfOrder)
+	require.NotErrorIs(t, err, ordered.ErrLaterJobRunning)
+	require.Equal(t, "failed", b.jobStatus(t, ids[0]))
+	require.Equal(t, "done", b.jobStatus(t, ids[1]))
+	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{})
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+	require.Equal(t, 1, failed[0].Attempts)
+	b.claimNone(t, b.client)
+
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+	j := b.claimOne(t, b.client)
+	require.Equal(t, ids[0], j.ID)
+	require.Equal(t, 1, j.Attempt)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	require.Equal(t, "done", b.jobStatus(t, ids[0]))
+}
+
+func TestReplayWhileLaterJobRunsIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2)
+
+	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
+	require.Equal(t, ordered.Failed, out)
+	j2 := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], j2.ID)
+
+	for _, force := range []bool{true, false} {
+		err := b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: force})
+		require.ErrorIs(t, err, ordered.ErrLaterJobRunning, "force=%v", force)
+		require.Equal(t, "failed", b.jobStatus(t, ids[0]))
+		require.Equal(t, "running", b.jobStatus(t, j2.ID))
+	}
+	b.claimNone(t, b.client)
+
+	// Once k/2 finished, a forced replay goes through.
+	require.NoError(t, b.client.Complete(b.ctx, j2))
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+	j := b.claimOne(t, b.client)
+	require.Equal(t, ids[0], j.ID)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12. Retry until attempts run out.
+
+func checkRetryExhausts(t *testing.T, p policy.Policy, wantOutcome ordered.Outcome, wantStatus string) {
+	b := setup(t, &ordered.Config{
+		Policy:  p,
+		Backoff: policy.Exponential{Base: time.Millisecond, Max: time.Millisecond},
+	})
+	res, err := b.client.EnqueueMany(b.ctx, []ordered.Event{
+		{Key: "k", Seq: 1, MaxAttempts: 2}, {Key: "k", Seq: 2},
+	})
+	require.NoError(t, err)
+	id1, id2 := res[0].ID, res[1].ID
+
+	j := b.claimOne(t, b.client)
+	require.Equal(t, id1, j.ID)
+	require.Equal(t, 1, j.Attempt)
+	require.Equal(t, 2, j.MaxAttempts)
+	out, err := b.client.Retry(b.ctx, j, errors.New("attempt 1 failed"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Retried, out)
+	require.Equal(t, "queued", b.jobStatus(t, id1))
+
+	j = b.claimWithin(t, b.client, 5*time.Second)
+	require.Equal(t, id1, j.ID, "the retried job keeps its key: k/2 waits")
+	require.Equal(t, 2, j.Attempt)
+	require.Equal(t, "attempt 1 failed", j.LastError)
+	out, err = b.client.Retry(b.ctx, j, errors.New("attempt 2 failed"))
+	require.NoError(t, err)
+	require.Equal(t, wantOutcome, out)
+	require.Equal(t, wantStatus, b.jobStatus(t, id1))
+
+	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{})
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+	require.Equal(t, 2, failed[0].Attempts)
+	require.Equal(t, "attempt 2 failed", failed[0].LastError)
+
+	if wantOutcome == ordered.Blocked {
+		b.claimNone(t, b.client)
+	} else {
+		j = b.claimOne(t, b.client)
+		require.Equal(t, id2, j.ID)
+	}
+}
+
+func TestRetryExhaustingAttemptsBlocksUnderBlockPolicy(t *testing.T) {
+	t.Parallel()
+	checkRetryExhausts(t, policy.Always(policy.Block), ordered.Blocked, "blocked")
+}
+
+func TestRetryExhaustingAttemptsFailsUnderSkipPolicy(t *testing.T) {
+	t.Parallel()
+	checkRetryExhausts(t, policy.Always(policy.Skip), ordered.Failed, "failed")
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13. A per-key policy.
+
+func TestByKeyPrefixPolicyDecidesPerKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{
+		Policy: policy.ByKeyPrefix(policy.Skip, map[string]policy.Decision{"acct-": policy.Block}),
+	})
+	acct := b.enqueue(t, "acct-1", 1, 2)
+	notify := b.enqueue(t, "notify-1", 1, 2)
+
+	jobs, err := b.client.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, jobs, 2, "the two keys' heads")
+	for _, j := range jobs {
+		require.EqualValues(t, 1, j.Seq)
+		out, err := b.client.Fail(b.ctx, j, errors.New("boom"))
+		require.NoError(t, err)
+		switch j.Key {
+		case "acct-1":
+			require.Equal(t, ordered.Blocked, out)
+		case "notify-1":
+			require.Equal(t, ordered.Failed, out)
+		default:
+			t.Fatalf("unexpected key %q", j.Key)
+		}
+	}
+	require.Equal(t, "blocked", b.jobStatus(t, acct[0]))
+	require.Equal(t, "failed", b.jobStatus(t, notify[0]))
+
+	j := b.claimOne(t, b.client)
+	require.Equal(t, notify[1], j.ID, "notify-1/2 runs after its failed head")
+	b.claimNone(t, b.client) // acct-1/2 stays behind the blocked acct-1/1
+
+	blocked, err := b.client.BlockedKeys(b.ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, blocked, 1)
+	require.Equal(t, "acct-1", blocked[0].Key)
+	require.Equal(t, acct[0], blocked[0].JobID)
+}

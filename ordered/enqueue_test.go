@@ -1,0 +1,669 @@
+package ordered_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+	"github.com/uptrace/bun/dialect/feature"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// ---------------------------------------------------------------------------------------------
+// Helpers of the enqueue and admin tests.
+
+// validEvent is a valid event of key/seq with an empty JSON object as payload.
+func validEvent(key string, seq int64) ordered.Event {
+	return ordered.Event{Key: key, Seq: seq, Kind: "test", Payload: json.RawMessage(`{}`)}
+}
+
+// countRows runs a count(*) query on the bundle's schema.
+func (b *testBundle) countRows(t *testing.T, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, query, args...).Scan(&n))
+	return n
+}
+
+// jobRowCount is the number of rows of ordered_jobs.
+func (b *testBundle) jobRowCount(t *testing.T) int64 {
+	t.Helper()
+	return b.countRows(t, `SELECT count(*) FROM ordered_jobs`)
+}
+
+// requireQueueEmpty asserts that neither queue table holds a row.
+func (b *testBundle) requireQueueEmpty(t *testing.T, msgAndArgs ...any) {
+	t.Helper()
+	require.Zero(t, b.jobRowCount(t), msgAndArgs...)
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys`), msgAndArgs...)
+}
+
+// storedPayload reads a job's payload straight from the table.
+func (b *testBundle) storedPayload(t *testing.T, id int64) string {
+	t.Helper()
+	var p string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT payload::text FROM ordered_jobs WHERE id = $1`, id).Scan(&p))
+	return p
+}
+
+// claimWithin polls Claim until it returns a job or the deadline passes: for a job whose
+// retry makes it available after a short backoff.
+func (b *testBundle) claimWithin(t *testing.T, c *ordered.Client, within time.Duration) *ordered.Job {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		jobs, err := c.Claim(b.ctx, 1)
+		require.NoError(t, err)
+		if len(jobs) == 1 {
+			return jobs[0]
+		}
+		require.Empty(t, jobs)
+		if time.Now().After(deadline) {
+			require.FailNow(t, "no job became claimable", "waited %v", within)
+		}
+		time.Sleep(time.Millisecond) // poll interval, not a wait for a race
+	}
+}
+
+// requireLateEvent asserts that err is a late-event error naming key, seq and laterSeq.
+func requireLateEvent(t *testing.T, err error, key string, seq, laterSeq int64) {
+	t.Helper()
+	require.Error(t, err)
+	require.ErrorIs(t, err, ordered.ErrLateEvent)
+	var late *ordered.LateEventError
+	require.ErrorAs(t, err, &late)
+	require.Equal(t, key, late.Key)
+	require.Equal(t, seq, late.Seq)
+	require.Equal(t, laterSeq, late.LaterSeq)
+}
+
+// openBunDB opens a bun.DB on the bundle's schema through pgx's database/sql driver and closes
+// it when the test ends.
+//
+// The module does not require github.com/uptrace/bun/dialect/pgdialect (go.mod lists only
+// github.com/uptrace/bun), so a test cannot import pgdialect.New() without editing go.mod.
+// The enqueue path only needs bun's transactions (db.RunInTx / tx.Tx), never its query
+// builder, so a minimal PostgreSQL dialect stands in for it.
+func (b *testBundle) openBunDB(t *testing.T) *bun.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(b.queue.URL)
+	require.NoError(t, err)
+	db := bun.NewDB(sql.OpenDB(stdlib.GetConnector(*cfg)), newBunTestDialect())
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	require.NoError(t, db.PingContext(b.ctx))
+	return db
+}
+
+// bunTestDialect is the smallest schema.Dialect that lets bun run raw transactions on PostgreSQL.
+type bunTestDialect struct {
+	schema.BaseDialect
+	tables *schema.Tables
+}
+
+func newBunTestDialect() *bunTestDialect {
+	d := &bunTestDialect{}
+	d.tables = schema.NewTables(d)
+	return d
+}
+
+func (*bunTestDialect) Init(*sql.DB)                                                     {}
+func (*bunTestDialect) Name() dialect.Name                                               { return dialect.PG }
+func (*bunTestDialect) Features() feature.Feature                                        { return feature.Returning }
+func (d *bunTestDialect) Tables() *schema.Tables                                         { return d.tables }
+func (*bunTestDialect) OnTable(*schema.Table)                                            {}
+func (*bunTestDialect) IdentQuote() byte                                                 { return '"' }
+func (*bunTestDialect) DefaultVarcharLen() int                                           { return 0 }
+func (*bunTestDialect) DefaultSchema() string                                            { return "public" }
+func (*bunTestDialect) AppendSequence(b []byte, _ *schema.Table, _ *schema.Field) []byte { return b }
+
+// ---------------------------------------------------------------------------------------------
+// 1. Validation.
+
+func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
+	t.Parallel()
+	const maxKey, maxPayload = 8, 32
+	b := setup(t, &ordered.Config{MaxKeyBytes: maxKey, MaxPayloadBytes: maxPayload})
+
+	bigPayload := json.RawMessage(`{"p":"` + strings.Repeat("x", maxPayload) + `"}`)
+	require.True(t, json.Valid(bigPayload))
+
+	cases := []struct {
+		name  string
+		ev    ordered.Event
+		field string
+	}{
+		{"empty key", ordered.Event{Key: "", Seq: 1, Payload: json.RawMessage(`{}`)}, "key"},
+		{"key over MaxKeyBytes", ordered.Event{Key: strings.Repeat("k", maxKey+1), Seq: 1}, "key"},
+		// 5 runes but 10 bytes: the limit is in bytes.
+		{"multibyte key over MaxKeyBytes", ordered.Event{Key: "ééééé", Seq: 1}, "key"},
+		{"negative seq", ordered.Event{Key: "k", Seq: -1}, "seq"},
+		{"payload not JSON", ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`{"a":`)}, "payload"},
+		{"payload over MaxPayloadBytes", ordered.Event{Key: "k", Seq: 1, Payload: bigPayload}, "payload"},
+		{"negative max_attempts", ordered.Event{Key: "k", Seq: 1, MaxAttempts: -1}, "max_attempts"},
+	}
+
+	requireInvalid := func(t *testing.T, name string, err error, index int, ev ordered.Event, field string) {
+		t.Helper()
+		require.Error(t, err, name)
+		require.ErrorIs(t, err, ordered.ErrInvalidEvent, name)
+		var inv *ordered.InvalidEventError
+		require.ErrorAs(t, err, &inv, name)
+		require.Equal(t, index, inv.Index, name)
+		require.Equal(t, field, inv.Field, name)
+		require.Equal(t, ev.Key, inv.Key, name)
+		require.Equal(t, ev.Seq, inv.Seq, name)
+		require.NotEmpty(t, inv.Reason, name)
+		require.Contains(t, err.Error(), field, name)
+	}
+
+	for _, tc := range cases {
+		// Alone.
+		_, err := b.client.Enqueue(b.ctx, tc.ev)
+		requireInvalid(t, tc.name+" (alone)", err, 0, tc.ev, tc.field)
+		b.requireQueueEmpty(t, tc.name+" (alone)")
+
+		// At index 2 of a batch of otherwise good events.
+		batch := []ordered.Event{validEvent("good-a", 1), validEvent("good-a", 2), tc.ev, validEvent("good-b", 1), validEvent("good-b", 2), validEvent("good-c", 1)}
+		res, err := b.client.EnqueueMany(b.ctx, batch)
+		requireInvalid(t, tc.name+" (batch)", err, 2, tc.ev, tc.field)
+		require.Nil(t, res, tc.name)
+		b.requireQueueEmpty(t, tc.name+" (batch)")
+
+		// Inside a caller's transaction the batch is refused the same way.
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = b.client.EnqueueManyTx(b.ctx, tx, batch)
+		requireInvalid(t, tc.name+" (tx)", err, 2, tc.ev, tc.field)
+		require.NoError(t, tx.Commit(b.ctx)) // validation happens before anything is sent
+		b.requireQueueEmpty(t, tc.name+" (tx)")
+	}
+
+	// An empty batch names the problem. (There is no event to point at, so it is not an
+	// *InvalidEventError: only the sentinel is checked.)
+	for _, empty := range [][]ordered.Event{nil, {}} {
+		res, err := b.client.EnqueueMany(b.ctx, empty)
+		require.ErrorIs(t, err, ordered.ErrInvalidEvent)
+		require.Contains(t, err.Error(), "empty batch")
+		require.Nil(t, res)
+	}
+	b.requireQueueEmpty(t, "empty batch")
+
+	// The limits themselves are allowed: exactly MaxKeyBytes of key, MaxPayloadBytes of payload.
+	atLimit := json.RawMessage(`{"p":"` + strings.Repeat("x", maxPayload-8) + `"}`)
+	require.Len(t, atLimit, maxPayload)
+	_, err := b.client.Enqueue(b.ctx, ordered.Event{Key: strings.Repeat("k", maxKey), Seq: 0, Payload: atLimit})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, b.jobRowCount(t))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Duplicates.
+
+func TestEnqueueDuplicateReturnsExistingJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	orig := ordered.Event{Key: "k", Seq: 1, Kind: "orig", Payload: json.RawMessage(`{"v":1}`)}
+	first, err := b.client.Enqueue(b.ctx, orig)
+	require.NoError(t, err)
+	require.False(t, first.Duplicate)
+	require.NotZero(t, first.ID)
+
+	again, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 1, Kind: "other", Payload: json.RawMessage(`{"v":2}`)})
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	require.Equal(t, first.ID, again.ID)
+	require.EqualValues(t, 1, b.jobRowCount(t))
+	require.JSONEq(t, `{"v":1}`, b.storedPayload(t, first.ID), "the original payload is kept")
+
+	// A batch mixing new events and the existing one.
+	batch := []ordered.Event{
+		{Key: "k", Seq: 2, Payload: json.RawMessage(`{"v":"k2"}`)},
+		{Key: "k", Seq: 1, Payload: json.RawMessage(`{"v":3}`)},
+		{Key: "j", Seq: 1, Payload: json.RawMessage(`{"v":"j1"}`)},
+		{Key: "k", Seq: 3, Payload: json.RawMessage(`{"v":"k3"}`)},
+	}
+	res, err := b.client.EnqueueMany(b.ctx, batch)
+	require.NoError(t, err)
+	require.Len(t, res, 4)
+	require.Equal(t, []bool{false, true, false, false},
+		[]bool{res[0].Duplicate, res[1].Duplicate, res[2].Duplicate, res[3].Duplicate})
+	require.Equal(t, first.ID, res[1].ID)
+	ids := map[int64]bool{res[0].ID: true, res[1].ID: true, res[2].ID: true, res[3].ID: true}
+	require.Len(t, ids, 4, "every event has its own job")
+	require.EqualValues(t, 4, b.jobRowCount(t))
+	require.JSONEq(t, `{"v":1}`, b.storedPayload(t, first.ID))
+	require.JSONEq(t, `{"v":"k2"}`, b.storedPayload(t, res[0].ID), "results follow the batch's order")
+	require.JSONEq(t, `{"v":"j1"}`, b.storedPayload(t, res[2].ID))
+	require.JSONEq(t, `{"v":"k3"}`, b.storedPayload(t, res[3].ID))
+
+	// The same batch again is all duplicates, with the same ids.
+	res2, err := b.client.EnqueueMany(b.ctx, batch)
+	require.NoError(t, err)
+	require.Len(t, res2, 4)
+	for i := range res2 {
+		require.True(t, res2[i].Duplicate, "event %d", i)
+		require.Equal(t, res[i].ID, res2[i].ID, "event %d", i)
+	}
+	require.EqualValues(t, 4, b.jobRowCount(t))
+
+	// The claimed job carries the original kind and payload.
+	j := b.claimOne(t, b.client)
+	if j.Key == "j" { // both heads are ready; take k's
+		require.NoError(t, b.client.Complete(b.ctx, j))
+		j = b.claimOne(t, b.client)
+	}
+	require.Equal(t, first.ID, j.ID)
+	require.Equal(t, "orig", j.Kind)
+	require.JSONEq(t, `{"v":1}`, string(j.Payload))
+	require.NoError(t, b.client.Complete(b.ctx, j))
+
+	// Enqueuing a finished event again is still a duplicate, not a late event, and changes nothing.
+	again, err = b.client.Enqueue(b.ctx, orig)
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	require.Equal(t, first.ID, again.ID)
+	require.Equal(t, "done", b.jobStatus(t, first.ID))
+	require.EqualValues(t, 4, b.jobRowCount(t))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Late events.
+
+func TestEnqueueLateEventAfterLaterJobStarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2)
+	j := b.claimOne(t, b.client)
+	require.EqualValues(t, 1, j.Seq)
+
+	_, err := b.client.Enqueue(b.ctx, validEvent("k", 0))
+	requireLateEvent(t, err, "k", 0, 1)
+	require.Contains(t, err.Error(), `"k"`)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+
+	// Still late once the started job went back to the queue for a retry.
+	out, err := b.client.RetryAfter(b.ctx, j, time.Hour, errors.New("try later"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Retried, out)
+	_, err = b.client.Enqueue(b.ctx, validEvent("k", 0))
+	requireLateEvent(t, err, "k", 0, 1)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+}
+
+func TestEnqueueLateEventAfterLaterJobDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1)
+	j := b.claimOne(t, b.client)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+
+	_, err := b.client.Enqueue(b.ctx, validEvent("k", 0))
+	requireLateEvent(t, err, "k", 0, 1)
+	require.EqualValues(t, 1, b.jobRowCount(t))
+	b.claimNone(t, b.client)
+}
+
+func TestEnqueueBatchWithLateEventWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2)
+	j := b.claimOne(t, b.client)
+	require.EqualValues(t, 1, j.Seq)
+
+	_, err := b.client.EnqueueMany(b.ctx, []ordered.Event{
+		validEvent("other", 1), validEvent("k", 3), validEvent("k", 0), validEvent("other", 2),
+	})
+	requireLateEvent(t, err, "k", 0, 1)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'other' OR seq IN (0, 3)`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'other'`))
+
+	// The key goes on as before: 1 then 2, and nothing else.
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	j = b.claimOne(t, b.client)
+	require.Equal(t, "k", j.Key)
+	require.EqualValues(t, 2, j.Seq)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	b.claimNone(t, b.client)
+}
+
+func TestEnqueueBelowQueuedJobIsNotLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 5)
+	res, err := b.client.Enqueue(b.ctx, validEvent("k", 3))
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+
+	j := b.claimOne(t, b.client)
+	require.EqualValues(t, 3, j.Seq, "the earlier seq runs first")
+	require.Equal(t, res.ID, j.ID)
+	b.claimNone(t, b.client)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	j = b.claimOne(t, b.client)
+	require.EqualValues(t, 5, j.Seq)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	b.claimNone(t, b.client)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Out-of-order arrival.
+
+func TestEnqueueOutOfOrderArrivalRunsInSeqOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for _, s := range []int64{5, 1, 3} {
+		b.enqueue(t, "k", s)
+	}
+	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head`))
+
+	for _, want := range []int64{1, 3, 5} {
+		j := b.claimOne(t, b.client)
+		require.Equal(t, want, j.Seq)
+		b.claimNone(t, b.client)
+		require.NoError(t, b.client.Complete(b.ctx, j))
+	}
+	b.claimNone(t, b.client)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Transactional enqueue.
+
+func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	// Rolled back: no job.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	res, err := b.client.EnqueueTx(b.ctx, tx, validEvent("k", 1))
+	require.NoError(t, err)
+	require.NotZero(t, res.ID)
+	var inTx int64
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs`).Scan(&inTx))
+	require.EqualValues(t, 1, inTx, "the job is visible inside the transaction")
+	b.claimNone(t, b.client) // not before commit
+	require.NoError(t, tx.Rollback(b.ctx))
+	b.requireQueueEmpty(t)
+	b.claimNone(t, b.client)
+
+	// Committed with the caller's own change: claimable.
+	tx, err = b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `CREATE TABLE app_effects (n int)`)
+	require.NoError(t, err)
+	res, err = b.client.EnqueueTx(b.ctx, tx, validEvent("k", 1))
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	many, err := b.client.EnqueueManyTx(b.ctx, tx, []ordered.Event{validEvent("k", 2), validEvent("k", 1)})
+	require.NoError(t, err)
+	require.Len(t, many, 2)
+	require.False(t, many[0].Duplicate)
+	require.True(t, many[1].Duplicate)
+	require.Equal(t, res.ID, many[1].ID)
+	require.NoError(t, tx.Commit(b.ctx))
+
+	j := b.claimOne(t, b.client)
+	require.Equal(t, res.ID, j.ID)
+	require.EqualValues(t, 1, j.Seq)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	j = b.claimOne(t, b.client)
+	require.Equal(t, many[0].ID, j.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	b.claimNone(t, b.client)
+}
+
+func TestEnqueueBunFollowsTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	db := b.openBunDB(t)
+
+	// A transaction that fails: nothing enqueued.
+	errAbort := errors.New("abort")
+	var rolledBack ordered.EnqueueResult
+	err := db.RunInTx(b.ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		rolledBack, err = b.client.EnqueueBun(ctx, tx, validEvent("k", 1))
+		require.NoError(t, err)
+		return errAbort
+	})
+	require.ErrorIs(t, err, errAbort)
+	require.NotZero(t, rolledBack.ID)
+	b.requireQueueEmpty(t)
+	b.claimNone(t, b.client)
+
+	// Through a *bun.Tx, rolled back by the caller: nothing enqueued either.
+	btx, err := db.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueManyBun(b.ctx, &btx, []ordered.Event{validEvent("k", 1), validEvent("k", 2)})
+	require.NoError(t, err)
+	require.NoError(t, btx.Rollback())
+	b.requireQueueEmpty(t)
+
+	// A transaction that commits: enqueued.
+	var committed ordered.EnqueueResult
+	err = db.RunInTx(b.ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		committed, err = b.client.EnqueueBun(ctx, tx, validEvent("k", 1))
+		return err
+	})
+	require.NoError(t, err)
+	require.False(t, committed.Duplicate)
+	require.EqualValues(t, 1, b.jobRowCount(t))
+
+	// The *bun.DB itself, not a transaction: enqueued in a transaction of its own.
+	direct, err := b.client.EnqueueBun(b.ctx, db, validEvent("k", 2))
+	require.NoError(t, err)
+	require.False(t, direct.Duplicate)
+	dup, err := b.client.EnqueueBun(b.ctx, db, validEvent("k", 1))
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate)
+	require.Equal(t, committed.ID, dup.ID)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+
+	j := b.claimOne(t, b.client)
+	require.Equal(t, committed.ID, j.ID)
+
+	// Errors from the database come back typed through database/sql too.
+	_, err = b.client.EnqueueBun(b.ctx, db, validEvent("k", 0))
+	requireLateEvent(t, err, "k", 0, 1)
+	_, err = b.client.EnqueueBun(b.ctx, db, ordered.Event{Key: ""})
+	require.ErrorIs(t, err, ordered.ErrInvalidEvent)
+
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	j = b.claimOne(t, b.client)
+	require.Equal(t, direct.ID, j.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	b.claimNone(t, b.client)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A large batch.
+
+func TestEnqueueLargeBatchOneHeadPerKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const keys, perKey, firstSeq = 100, 100, 10
+
+	events := make([]ordered.Event, 0, keys*perKey)
+	for k := range keys {
+		for s := range perKey {
+			events = append(events, ordered.Event{
+				Key: fmt.Sprintf("key-%03d", k), Seq: int64(firstSeq + s), Kind: "bulk",
+				Payload: json.RawMessage(fmt.Sprintf(`{"k":%d,"s":%d}`, k, s)),
+			})
+		}
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+
+	res, err := b.client.EnqueueMany(b.ctx, events)
+	require.NoError(t, err)
+	require.Len(t, res, keys*perKey)
+	require.EqualValues(t, keys*perKey, b.jobRowCount(t))
+
+	// Each result is its own event's job.
+	type ks struct {
+		key string
+		seq int64
+	}
+	byID := make(map[int64]ks, keys*perKey)
+	rows, err := b.pool.Query(b.ctx, `SELECT id, key, seq FROM ordered_jobs`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		var v ks
+		require.NoError(t, rows.Scan(&id, &v.key, &v.seq))
+		byID[id] = v
+	}
+	require.NoError(t, rows.Err())
+	for i, r := range res {
+		require.False(t, r.Duplicate, "event %d", i)
+		require.Equal(t, ks{events[i].Key, events[i].Seq}, byID[r.ID], "event %d", i)
+	}
+
+	require.EqualValues(t, keys, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head`))
+	require.EqualValues(t, keys, b.countRows(t, `SELECT count(DISTINCT key) FROM ordered_jobs WHERE head AND seq = $1`, firstSeq))
+
+	jobs, err := b.client.Claim(b.ctx, keys)
+	require.NoError(t, err)
+	require.Len(t, jobs, keys)
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		require.EqualValues(t, firstSeq, j.Seq, "key %s", j.Key)
+		require.False(t, seen[j.Key], "key %s claimed twice", j.Key)
+		seen[j.Key] = true
+	}
+	b.claimNone(t, b.client) // every key is busy
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Delayed events.
+
+func TestEnqueueRunAtInFutureHoldsBackTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	later := time.Now().Add(time.Hour)
+	first, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 1, RunAt: later})
+	require.NoError(t, err)
+	b.enqueue(t, "k", 2)
+
+	var availableAt time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at FROM ordered_jobs WHERE id = $1`, first.ID).Scan(&availableAt))
+	require.WithinDuration(t, later, availableAt, time.Second)
+
+	b.claimNone(t, b.client) // neither k/1 (not due) nor k/2 (behind k/1)
+
+	// Another key is not held back.
+	b.enqueue(t, "other", 1)
+	j := b.claimOne(t, b.client)
+	require.Equal(t, "other", j.Key)
+	b.claimNone(t, b.client)
+
+	// Once k/1 is due, it runs, then k/2.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE id = $1`, first.ID)
+	require.NoError(t, err)
+	j = b.claimOne(t, b.client)
+	require.Equal(t, first.ID, j.ID)
+	b.claimNone(t, b.client)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	j = b.claimOne(t, b.client)
+	require.EqualValues(t, 2, j.Seq)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Edge cases of the enqueue contract beyond the list above.
+
+// The same new (key, seq) twice in one batch: the event's identity makes the second one a no-op
+// (Duplicate, same job), or else the batch is refused as invalid; either way one typed answer
+// and at most one row, never a raw constraint violation.
+func TestEnqueueRepeatedEventWithinBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	res, err := b.client.EnqueueMany(b.ctx, []ordered.Event{validEvent("k", 1), validEvent("j", 1), validEvent("k", 1)})
+	if err != nil {
+		require.ErrorIs(t, err, ordered.ErrInvalidEvent, "a repeated event must give a typed error, got %v", err)
+		b.requireQueueEmpty(t)
+		return
+	}
+	require.Len(t, res, 3)
+	require.False(t, res[0].Duplicate)
+	require.True(t, res[2].Duplicate)
+	require.Equal(t, res[0].ID, res[2].ID)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+}
+
+// Text the database cannot store (a NUL byte, which PostgreSQL's text and jsonb reject) is a bad
+// input like any other: a typed error naming the field, nothing written.
+func TestEnqueueNULBytesAreInvalidEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	cases := []struct {
+		ev    ordered.Event
+		field string
+	}{
+		{ordered.Event{Key: "a\x00b", Seq: 1}, "key"},
+		{ordered.Event{Key: "k", Seq: 1, Kind: "a\x00b"}, "kind"},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`{"a":"\u0000"}`)}, "payload"},
+	}
+	for _, tc := range cases {
+		_, err := b.client.Enqueue(b.ctx, tc.ev)
+		require.ErrorIs(t, err, ordered.ErrInvalidEvent, "%s with a NUL: got %v", tc.field, err)
+		var inv *ordered.InvalidEventError
+		require.ErrorAs(t, err, &inv)
+		require.Equal(t, tc.field, inv.Field)
+		b.requireQueueEmpty(t)
+	}
+}
+
+// A replayed job has started before (it ran and failed): an event below it is late, as it was
+// while the job was blocked. Otherwise the late event would run before the replayed job, after
+// that job's earlier attempts.
+func TestEnqueueBelowReplayedJobIsLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, blockPolicyCfg())
+	ids := b.enqueue(t, "k", 5, 7)
+	_, out := b.failNextHead(t, "k", 5, errors.New("boom"))
+	require.Equal(t, ordered.Blocked, out)
+
+	_, err := b.client.Enqueue(b.ctx, validEvent("k", 3))
+	requireLateEvent(t, err, "k", 3, 5) // late while k/5 is blocked
+
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{}))
+	_, err = b.client.Enqueue(b.ctx, validEvent("k", 3))
+	requireLateEvent(t, err, "k", 3, 5) // and still late once it is replayed
+	require.EqualValues(t, 2, b.jobRowCount(t))
+}
+
+// After a forced replay, a later job of the key has finished: an event below it is late.
+func TestEnqueueBelowFinishedJobIsLateAfterForcedReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 5, 7)
+	_, out := b.failNextHead(t, "k", 5, errors.New("boom"))
+	require.Equal(t, ordered.Failed, out)
+	j := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], j.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j)) // k/7 done
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+
+	_, err := b.client.Enqueue(b.ctx, validEvent("k", 3))
+	require.ErrorIs(t, err, ordered.ErrLateEvent, "k/3 arrives after k/7 finished")
+	var late *ordered.LateEventError
+	require.ErrorAs(t, err, &late)
+	require.Contains(t, []int64{5, 7}, late.LaterSeq)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+}

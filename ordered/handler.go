@@ -1,0 +1,82 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Handler processes jobs for a Worker: a HandlerFunc, or a TxHandlerFunc for effects that
+// must commit together with the job's completion.
+//
+// A handler's outcome decides the job's fate: nil completes it; Permanent(err) fails it for
+// good and the policy decides for its key; RetryAfter(d, err) retries it after d; any other
+// error, or a panic, retries it with the configured backoff. The handler's context is
+// cancelled when the claim is lost (context.Cause is ErrLeaseLost: stop, the job belongs to
+// someone else now) or the worker stops with StopAndCancel (cause ErrWorkerStopped).
+type Handler interface {
+	// run processes job and reports whether it already completed it.
+	run(ctx context.Context, c *Client, job *Job) (completed bool, err error)
+}
+
+// HandlerFunc is a Handler whose job is completed by the worker after it returns nil.
+// Its effects happen at least once: use Job.IdempotencyKey to make them happen once.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+func (f HandlerFunc) run(ctx context.Context, _ *Client, job *Job) (bool, error) {
+	return false, f(ctx, job)
+}
+
+// TxHandlerFunc is a Handler that works inside a transaction: when it returns nil, the worker
+// completes the job in the same transaction and commits, so the handler's database effect and
+// the completion happen together or not at all. A stale attempt (lost claim) rolls back.
+type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, job *Job) error
+
+func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after commit
+	if err := f(ctx, tx, job); err != nil {
+		return false, err
+	}
+	if err := c.CompleteTx(ctx, tx, job); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// retryAfterError asks for a retry after a chosen delay.
+type retryAfterError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter wraps a handler's error so that the job is retried after delay instead of the
+// configured backoff (for example after a rate limit's Retry-After).
+func RetryAfter(delay time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	return &retryAfterError{delay: delay, err: err}
+}
+
+// callHandler runs the handler, turning a panic into an error of this job alone.
+func callHandler(ctx context.Context, h Handler, c *Client, job *Job) (completed bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			completed, err = false, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return h.run(ctx, c, job)
+}

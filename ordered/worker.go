@@ -1,0 +1,431 @@
+package ordered
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sourcegraph/conc"
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/orderedq/ordered/policy"
+)
+
+// ErrWorkerStopped is the cause of a handler's cancelled context when its worker stops with
+// StopAndCancel.
+var ErrWorkerStopped = errors.New("ordered: worker stopped")
+
+// Defaults and limits of WorkerConfig.
+const (
+	WorkersDefault             = 10
+	PollIntervalDefault        = time.Second
+	PollIntervalMin            = 10 * time.Millisecond
+	MaintenanceIntervalDefault = 5 * time.Second
+	RetentionDefault           = 24 * time.Hour
+	// ClaimBatchMax bounds the jobs one claim statement takes.
+	ClaimBatchMax = 100
+	// notifyChannel is the LISTEN/NOTIFY channel of enqueues; its payload is the schema.
+	notifyChannel = "ordered_jobs"
+	listenSQL     = "LISTEN " + notifyChannel
+	settleTimeout = 30 * time.Second
+	// archiveBatchesPerPass bounds one maintenance pass's archival.
+	archiveBatchesPerPass = 10
+)
+
+// WorkerConfig configures a Worker. Zero fields take their defaults.
+type WorkerConfig struct {
+	// Workers is how many handlers run at once. Default WorkersDefault.
+	Workers int
+	// PollInterval is how often an idle worker looks for work when no notification wakes it
+	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY, for connections through a transaction-mode pooler.
+	PollOnly bool
+	// HeartbeatInterval is how often a running job's lease is renewed. Default Lease/3.
+	HeartbeatInterval time.Duration
+	// MaintenanceInterval is how often the worker fails exhausted jobs of crashed workers,
+	// archives finished jobs and refreshes the gauges. Default MaintenanceIntervalDefault.
+	MaintenanceInterval time.Duration
+	// Retention is how long done jobs are kept before archival deletes them. Default
+	// RetentionDefault; negative keeps them (archive with `ordered archive` instead).
+	Retention time.Duration
+	// Registerer receives the worker's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Worker runs a Handler over the queue's jobs: it claims what it can start now, renews the
+// leases of running jobs, settles their outcome, and does the queue's maintenance.
+type Worker struct {
+	client  *Client
+	handler Handler
+	cfg     WorkerConfig
+	log     *slog.Logger
+	metrics *metrics
+
+	schema  string
+	wake    chan struct{}
+	running atomic.Int64
+
+	startOnce   sync.Once
+	stopOnce    sync.Once
+	fetchCancel context.CancelFunc
+	workCtx     context.Context
+	workCancel  context.CancelCauseFunc
+	loops       conc.WaitGroup
+	jobs        *pool.Pool
+	stopped     chan struct{}
+}
+
+// NewWorker returns a Worker that runs h. Start it with Start.
+func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
+	if h == nil {
+		return nil, errors.New("ordered: NewWorker: nil handler")
+	}
+	var wc WorkerConfig
+	if cfg != nil {
+		wc = *cfg
+	}
+	wc.Workers = cmp.Or(wc.Workers, WorkersDefault)
+	wc.PollInterval = cmp.Or(wc.PollInterval, PollIntervalDefault)
+	wc.HeartbeatInterval = cmp.Or(wc.HeartbeatInterval, c.cfg.Lease/3)
+	wc.MaintenanceInterval = cmp.Or(wc.MaintenanceInterval, MaintenanceIntervalDefault)
+	wc.Retention = cmp.Or(wc.Retention, RetentionDefault)
+	switch {
+	case wc.Workers < 1:
+		return nil, fmt.Errorf("ordered: WorkerConfig.Workers %d must be at least 1", wc.Workers)
+	case wc.PollInterval < PollIntervalMin:
+		return nil, fmt.Errorf("ordered: WorkerConfig.PollInterval %v is below the minimum %v", wc.PollInterval, PollIntervalMin)
+	case wc.HeartbeatInterval <= 0 || wc.HeartbeatInterval >= c.cfg.Lease:
+		return nil, fmt.Errorf("ordered: WorkerConfig.HeartbeatInterval %v must be positive and shorter than the lease %v", wc.HeartbeatInterval, c.cfg.Lease)
+	case wc.MaintenanceInterval <= 0:
+		return nil, fmt.Errorf("ordered: WorkerConfig.MaintenanceInterval %v must be positive", wc.MaintenanceInterval)
+	}
+	m, err := newMetrics(wc.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("ordered: register metrics: %w", err)
+	}
+	return &Worker{
+		client: c, handler: h, cfg: wc, log: c.cfg.Logger, metrics: m,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+	}, nil
+}
+
+// Start starts fetching and running jobs, and returns. ctx serves the start-up only; stop the
+// worker with Stop or StopAndCancel.
+func (w *Worker) Start(ctx context.Context) error {
+	started := false
+	var err error
+	w.startOnce.Do(func() {
+		started = true
+		if err = w.client.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&w.schema); err != nil {
+			err = fmt.Errorf("ordered: start worker: %w", err)
+			close(w.stopped)
+			return
+		}
+		base := context.WithoutCancel(ctx)
+		var fetchCtx context.Context
+		fetchCtx, w.fetchCancel = context.WithCancel(base)
+		w.workCtx, w.workCancel = context.WithCancelCause(base)
+		w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers)
+		w.loops.Go(func() { w.fetchLoop(fetchCtx) })
+		w.loops.Go(func() { w.maintenanceLoop(fetchCtx) })
+		if !w.cfg.PollOnly {
+			w.loops.Go(func() { w.listenLoop(fetchCtx) })
+		}
+	})
+	if !started {
+		return errors.New("ordered: worker already started")
+	}
+	return err
+}
+
+// Stop stops fetching new jobs and waits for the running ones to finish and be settled. If
+// ctx ends first, Stop returns ctx's error and the jobs go on; Stopped tells when they end.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() {
+		if w.fetchCancel == nil { // never started, or failed to
+			select {
+			case <-w.stopped:
+			default:
+				close(w.stopped)
+			}
+			return
+		}
+		w.fetchCancel()
+		go func() {
+			w.loops.Wait()
+			w.jobs.Wait()
+			w.workCancel(nil)
+			close(w.stopped)
+		}()
+	})
+	select {
+	case <-w.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// StopAndCancel is Stop that also cancels the running handlers' contexts (cause
+// ErrWorkerStopped). Their jobs are released for a retry; the attempt still counts.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	if w.workCancel != nil {
+		w.workCancel(ErrWorkerStopped)
+	}
+	return w.Stop(ctx)
+}
+
+// Stopped is closed when the worker has stopped and every job it ran is settled.
+func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// signal wakes the fetch loop without blocking.
+func (w *Worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// jitter returns d scaled by a random factor in [0.8, 1.2), so that workers spread out.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+func (w *Worker) fetchLoop(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		free := w.cfg.Workers - int(w.running.Load())
+		if free > 0 {
+			want := min(free, ClaimBatchMax)
+			n, err := w.fetch(ctx, want)
+			if err != nil && ctx.Err() == nil {
+				w.log.ErrorContext(ctx, "ordered: claim failed", "error", err)
+			}
+			if err == nil && n == want {
+				continue // there may be more
+			}
+		}
+		timer.Reset(jitter(w.cfg.PollInterval))
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// fetch claims up to want jobs and starts them.
+func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
+	start := time.Now()
+	jobs, err := w.client.Claim(ctx, want)
+	w.metrics.claimDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return 0, err
+	}
+	for _, job := range jobs {
+		w.metrics.claims.Inc()
+		if job.recovered {
+			w.metrics.expiredRecovered.Inc()
+		}
+		if job.Attempt == 1 {
+			w.metrics.enqueueToStart.Observe(job.AttemptedAt.Sub(job.CreatedAt).Seconds())
+		}
+		w.running.Add(1)
+		w.jobs.Go(func() { w.execute(job) })
+	}
+	return len(jobs), nil
+}
+
+// execute runs one claimed job: handler, heartbeat, then its outcome.
+func (w *Worker) execute(job *Job) {
+	defer func() {
+		w.running.Add(-1)
+		w.signal() // a slot is free, and the key's next job may be ready
+	}()
+	ctx, cancel := context.WithCancelCause(w.workCtx)
+	defer cancel(nil)
+
+	var heartbeat conc.WaitGroup
+	done := make(chan struct{})
+	heartbeat.Go(func() { w.heartbeat(ctx, cancel, job, done) })
+
+	start := time.Now()
+	completed, err := callHandler(ctx, w.handler, w.client, job)
+	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
+	close(done)
+	heartbeat.Wait()
+
+	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
+		w.lostOwnership(job, err)
+		return
+	}
+	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancelSettle()
+	w.settle(settleCtx, job, completed, err)
+}
+
+// heartbeat renews the job's lease until done; a lost claim cancels the handler.
+func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job, done <-chan struct{}) {
+	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ticker.C:
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.HeartbeatInterval)
+		_, err := w.client.Renew(rctx, job)
+		rcancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			cancel(ErrLeaseLost)
+			return
+		case err != nil:
+			// The next beat tries again; the database decides whether the lease still holds.
+			w.log.Warn("ordered: lease renewal failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
+		}
+	}
+}
+
+func (w *Worker) settle(ctx context.Context, job *Job, completed bool, herr error) {
+	var outcome Outcome
+	var err error
+	var retryAfter *retryAfterError
+	switch {
+	case herr == nil && completed:
+		w.metrics.completions.Inc()
+		return
+	case herr == nil:
+		if err = w.client.Complete(ctx, job); err == nil {
+			w.metrics.completions.Inc()
+			return
+		}
+	case IsPermanent(herr):
+		outcome, err = w.client.Fail(ctx, job, herr)
+	case errors.As(herr, &retryAfter):
+		outcome, err = w.client.RetryAfter(ctx, job, retryAfter.delay, herr)
+	default:
+		outcome, err = w.client.Retry(ctx, job, herr)
+	}
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		w.lostOwnership(job, herr)
+	case err != nil:
+		// The lease will expire and another claim will take the job again.
+		w.log.Error("ordered: could not settle job", slogJob(job.ID, job.Key, job.Seq), "error", err)
+	case outcome == Retried:
+		w.metrics.retries.Inc()
+		w.log.Info("ordered: job will be retried", slogJob(job.ID, job.Key, job.Seq),
+			"attempt", job.Attempt, "error", herr)
+	default:
+		decision := policy.Skip
+		if outcome == Blocked {
+			decision = policy.Block
+		}
+		w.metrics.failures.WithLabelValues(decision.String()).Inc()
+		w.log.Warn("ordered: job failed for good", slogJob(job.ID, job.Key, job.Seq),
+			"attempt", job.Attempt, "outcome", outcome.String(), "error", herr)
+	}
+}
+
+func (w *Worker) lostOwnership(job *Job, herr error) {
+	w.metrics.lostOwnership.Inc()
+	w.log.Warn("ordered: lost the claim of a job; its outcome is not acknowledged",
+		slogJob(job.ID, job.Key, job.Seq), "attempt", job.Attempt, "handler_error", herr)
+}
+
+func (w *Worker) listenLoop(ctx context.Context) {
+	backoff := policy.Exponential{Base: 50 * time.Millisecond, Max: 5 * time.Second}
+	for failures := 0; ctx.Err() == nil; {
+		err := w.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		w.log.Warn("ordered: notification listener disconnected; reconnecting", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff.Delay(failures)):
+		}
+	}
+}
+
+// listen holds one LISTEN connection until it fails or ctx ends.
+func (w *Worker) listen(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, w.client.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, listenSQL); err != nil {
+		return err
+	}
+	w.signal() // notifications sent while we were not listening are lost: look now
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload == w.schema {
+			w.signal()
+		}
+	}
+}
+
+func (w *Worker) maintenanceLoop(ctx context.Context) {
+	for {
+		w.maintain(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter(w.cfg.MaintenanceInterval)):
+		}
+	}
+}
+
+// maintain runs one pass of maintenance; every statement is short and bounded.
+func (w *Worker) maintain(ctx context.Context) {
+	n, err := w.client.failExhausted(ctx, ExhaustedBatchDefault, func(d policy.Decision) {
+		w.metrics.failures.WithLabelValues(d.String()).Inc()
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Error("ordered: maintenance: failing exhausted jobs", "error", err)
+	}
+	if n > 0 {
+		w.signal()
+	}
+	if w.cfg.Retention >= 0 {
+		for range archiveBatchesPerPass {
+			n, err := w.client.Archive(ctx, ArchiveParams{OlderThan: w.cfg.Retention})
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Error("ordered: maintenance: archiving", "error", err)
+				}
+				break
+			}
+			if n < ArchiveBatchDefault {
+				break
+			}
+		}
+	}
+	stats, err := w.client.Stats(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("ordered: maintenance: stats", "error", err)
+		}
+		return
+	}
+	w.metrics.observeStats(stats)
+}

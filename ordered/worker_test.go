@@ -1,0 +1,377 @@
+package ordered_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// startWorker starts a worker and stops it when the test ends.
+func startWorker(t *testing.T, b *testBundle, c *ordered.Client, h ordered.Handler, cfg *ordered.WorkerConfig) *ordered.Worker {
+	t.Helper()
+	w, err := c.NewWorker(h, cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.StopAndCancel(ctx))
+	})
+	return w
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *testBundle) countStatus(t *testing.T, status string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE status = $1`, status).Scan(&n))
+	return n
+}
+
+func TestWorkerRunsEveryKeyInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const keys, perKey = 20, 15
+	var mu sync.Mutex
+	seen := map[string][]int64{}
+	active := map[string]bool{}
+	var violations []string
+	h := ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		mu.Lock()
+		if active[j.Key] {
+			violations = append(violations, "two jobs of "+j.Key+" at once")
+		}
+		active[j.Key] = true
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		active[j.Key] = false
+		seen[j.Key] = append(seen[j.Key], j.Seq)
+		mu.Unlock()
+		return nil
+	})
+	startWorker(t, b, b.client, h, &ordered.WorkerConfig{Workers: 8, PollInterval: 50 * time.Millisecond})
+	for k := range keys {
+		seqs := make([]int64, perKey)
+		for i := range seqs {
+			seqs[i] = int64(perKey - 1 - i) // enqueued in reverse within the batch
+		}
+		b.enqueue(t, fmt.Sprintf("k%d", k), seqs...)
+	}
+	waitFor(t, 30*time.Second, "all jobs done", func() bool { return b.countStatus(t, "done") == keys*perKey })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, violations)
+	for key, seqs := range seen {
+		for i, s := range seqs {
+			require.Equal(t, int64(i), s, "key %s ran %v", key, seqs)
+		}
+	}
+}
+
+// An enqueue into an idle system wakes a worker through LISTEN/NOTIFY, long before its poll.
+func TestWorkerWakesOnEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	started := make(chan time.Time, 1)
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		started <- time.Now()
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: time.Hour})
+
+	// The listener is up once the worker holds a LISTEN connection.
+	waitFor(t, 10*time.Second, "the LISTEN connection", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE query = 'LISTEN ordered_jobs' AND datname = current_database()`).Scan(&n))
+		return n > 0
+	})
+	enqueued := time.Now()
+	b.enqueue(t, "k", 1)
+	select {
+	case at := <-started:
+		t.Logf("enqueue to start: %v", at.Sub(enqueued))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job did not start without a poll")
+	}
+}
+
+// Poll-only mode finds work by polling alone.
+func TestWorkerPollOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	done := make(chan struct{}, 1)
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		done <- struct{}{}
+		return nil
+	}), &ordered.WorkerConfig{PollOnly: true, PollInterval: 50 * time.Millisecond})
+	b.enqueue(t, "k", 1)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the poll never found the job")
+	}
+}
+
+// A job that runs five times longer than its lease keeps it by heartbeats: one attempt only.
+func TestWorkerHeartbeatKeepsLongJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.newClient(t, &ordered.Config{Lease: 300 * time.Millisecond})
+	id := b.enqueue(t, "k", 1)[0]
+	var attempts sync.Map
+	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		attempts.Store(j.Attempt, true)
+		select {
+		case <-time.After(1500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}), &ordered.WorkerConfig{Workers: 2, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 20*time.Second, "the job done", func() bool { return b.jobStatus(t, id) == "done" })
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, id).Scan(&n))
+	require.Equal(t, 1, n)
+	_, again := attempts.Load(2)
+	require.False(t, again)
+}
+
+// A lost claim cancels the handler with ErrLeaseLost and its outcome is not acknowledged.
+func TestWorkerLostLeaseCancelsHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	id := b.enqueue(t, "k", 1)[0]
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		close(running)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil // would complete the job, were the claim still ours
+	}), &ordered.WorkerConfig{PollInterval: time.Hour, Registerer: reg})
+	<-running
+	// Another worker takes the job over, as after a stall.
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET claim_version = claim_version + 1 WHERE id = $1`, id)
+	require.NoError(t, err)
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, ordered.ErrLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not cancelled")
+	}
+	waitFor(t, 5*time.Second, "lost ownership counted", func() bool {
+		return metricValue(t, reg, "ordered_lost_ownership_total") == 1
+	})
+	require.Equal(t, "running", b.jobStatus(t, id))
+}
+
+func TestWorkerStopDrainsRunningJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.enqueue(t, "k", 1)[0]
+	running := make(chan struct{})
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		close(running)
+		time.Sleep(300 * time.Millisecond)
+		return ctx.Err()
+	}), &ordered.WorkerConfig{PollInterval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	<-running
+	require.NoError(t, w.Stop(b.ctx))
+	require.Equal(t, "done", b.jobStatus(t, id))
+	select {
+	case <-w.Stopped():
+	default:
+		t.Fatal("Stopped not closed after Stop returned")
+	}
+}
+
+// StopAndCancel cancels the handlers; their jobs are retried later with the attempt counted.
+func TestWorkerStopAndCancelReleasesJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.enqueue(t, "k", 1)[0]
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		close(running)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}), &ordered.WorkerConfig{PollInterval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	<-running
+	require.NoError(t, w.StopAndCancel(b.ctx))
+	require.ErrorIs(t, <-cause, ordered.ErrWorkerStopped)
+	require.Equal(t, "queued", b.jobStatus(t, id))
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	j := b.claimOne(t, b.client)
+	require.Equal(t, 2, j.Attempt)
+}
+
+func TestWorkerHandlerOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	reg := prometheus.NewRegistry()
+	ids := map[string]int64{}
+	for _, key := range []string{"ok", "permanent", "later", "panic"} {
+		ids[key] = b.enqueue(t, key, 1)[0]
+	}
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		switch j.Key {
+		case "permanent":
+			return ordered.Permanent(errors.New("bad invoice"))
+		case "later":
+			return ordered.RetryAfter(time.Hour, errors.New("rate limited"))
+		case "panic":
+			panic("kaboom")
+		}
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, Registerer: reg})
+
+	waitFor(t, 20*time.Second, "every job settled", func() bool {
+		return b.jobStatus(t, ids["ok"]) == "done" && b.jobStatus(t, ids["permanent"]) == "blocked" &&
+			b.lastError(t, ids["later"]) != "" && b.lastError(t, ids["panic"]) != ""
+	})
+	require.Equal(t, "bad invoice", b.lastError(t, ids["permanent"]))
+	require.Equal(t, "rate limited", b.lastError(t, ids["later"]))
+	require.Equal(t, "panic: kaboom", b.lastError(t, ids["panic"]))
+	var wait time.Duration
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at - now() FROM ordered_jobs WHERE id = $1`, ids["later"]).Scan(&wait))
+	require.Greater(t, wait, 50*time.Minute)
+
+	// Metrics after the known sequence: 4 claims, 1 completion, 2 retries, 1 blocking failure.
+	waitFor(t, 5*time.Second, "the metrics", func() bool { return metricValue(t, reg, "ordered_retries_total") == 2 })
+	require.Equal(t, 4.0, metricValue(t, reg, "ordered_claims_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, "ordered_completions_total"))
+	require.Equal(t, 1.0, metricValue(t, reg, "ordered_failures_total", "decision", "block"))
+	require.Equal(t, 0.0, metricValue(t, reg, "ordered_lost_ownership_total"))
+	require.Equal(t, 4.0, metricValue(t, reg, "ordered_job_duration_seconds"))
+	require.Equal(t, 4.0, metricValue(t, reg, "ordered_enqueue_to_start_seconds"))
+}
+
+// A transactional handler's effect commits with the completion, once.
+func TestWorkerTxHandlerCommitsEffectWithCompletion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE effects (idempotency_key text PRIMARY KEY)`)
+	require.NoError(t, err)
+	ids := b.enqueue(t, "acct", 1, 2, 3)
+	startWorker(t, b, b.client, ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, j *ordered.Job) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, j.IdempotencyKey()); err != nil {
+			return err
+		}
+		if j.Seq == 2 && j.Attempt == 1 {
+			return errors.New("fails after its effect: the effect must roll back")
+		}
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond})
+	waitFor(t, 20*time.Second, "all done", func() bool { return b.jobStatus(t, ids[2]) == "done" })
+	var keys []string
+	rows, err := b.pool.Query(b.ctx, `SELECT idempotency_key FROM effects ORDER BY 1`)
+	require.NoError(t, err)
+	keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"acct/1", "acct/2", "acct/3"}, keys)
+}
+
+// A worker's metrics also count expired leases it recovers, and the gauges follow the queue.
+func TestWorkerMetricsRecoveryAndGauges(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	reg := prometheus.NewRegistry()
+	id := b.enqueue(t, "k", 1)[0]
+	b.enqueue(t, "other", 1)
+	b.claimOne(t, b.client) // a worker that dies holding k/1 ...
+	b.expireLease(t, id)    // ... and whose lease ran out
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '1 minute' WHERE key = 'other'`)
+	require.NoError(t, err)
+	started := make(chan struct{}, 2)
+	release := make(chan struct{})
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, MaintenanceInterval: 50 * time.Millisecond, Registerer: reg})
+	<-started
+	<-started
+	waitFor(t, 10*time.Second, "running gauge", func() bool {
+		return metricValue(t, reg, "ordered_jobs", "status", "running") == 2
+	})
+	require.Equal(t, 1.0, metricValue(t, reg, "ordered_expired_leases_recovered_total"))
+	close(release)
+	waitFor(t, 10*time.Second, "done gauge", func() bool {
+		return metricValue(t, reg, "ordered_jobs", "status", "done") == 2
+	})
+}
+
+func (b *testBundle) lastError(t *testing.T, id int64) string {
+	t.Helper()
+	var s *string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT last_error FROM ordered_jobs WHERE id = $1`, id).Scan(&s))
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// metricValue reads a counter, gauge or histogram count from reg; labels are name, value pairs.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
