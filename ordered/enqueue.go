@@ -274,3 +274,10 @@ func cmpOr(v, def int) int {
 	}
 	return def
 }
+
+// Validate checks events as an enqueue would, without writing anything. The error is an
+// *InvalidEventError naming the first bad event.
+func (c *Client) Validate(events []Event) error {
+	_, err := c.encodeBatch(events)
+	return err
+}

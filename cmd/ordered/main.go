@@ -1,55 +1,76 @@
-// Command ordered operates an ordered queue: it migrates the schema. The rest of the CLI
-// contract (enqueue, work, status, failed, replay, skip, archive, demo, bench, verify) is not
-// built yet.
+// Command ordered operates an ordered queue from the shell: migrate the schema, enqueue JSON
+// Lines, run workers that execute a command per job, inspect and repair failures, archive.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/orderedq/ordered/schema"
+	"github.com/spf13/cobra"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "ordered:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("usage: ordered migrate [--database-url URL]")
+// run executes the command line and returns the exit code; every failure is one line on
+// stderr.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd(stdin, stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "ordered:", oneLine(strings.TrimPrefix(err.Error(), "ordered: ")))
+		return 1
 	}
-	switch args[0] {
-	case "migrate":
-		fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-		url := fs.String("database-url", os.Getenv("DATABASE_URL"), "libpq URL (default $DATABASE_URL, then libpq defaults)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		conn, err := pgx.Connect(ctx, *url)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		versions, err := schema.Migrate(ctx, conn)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "migrated: %d migration(s) applied %v\n", len(versions), versions)
-		return nil
-	default:
-		return fmt.Errorf("unknown command %q", args[0])
+	return 0
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// app holds what every subcommand shares.
+type app struct {
+	databaseURL string
+	stdin       io.Reader
+	stdout      io.Writer
+	stderr      io.Writer
+}
+
+func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "ordered",
+		Short: "Per-key ordered event processing on PostgreSQL",
+		Long: `ordered runs a per-key ordered event queue in PostgreSQL: the events of one key run one
+at a time, in sequence order, while different keys run in parallel.
+
+The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHOST, ...).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "",
+		"libpq connection URL (default $DATABASE_URL, then the libpq defaults)")
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(
+		a.migrateCmd(),
+		a.enqueueCmd(),
+		a.workCmd(),
+		a.statusCmd(),
+		a.failedCmd(),
+		a.replayCmd(),
+		a.skipCmd(),
+		a.archiveCmd(),
+	)
+	return root
 }

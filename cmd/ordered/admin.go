@@ -1,0 +1,270 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// blockedKeysShown bounds the blocked keys that status lists.
+const blockedKeysShown = 20
+
+// statusJSON is the stable shape of `ordered status --json`.
+type statusJSON struct {
+	Queued             int64            `json:"queued"`
+	Running            int64            `json:"running"`
+	Done               int64            `json:"done"`
+	Failed             int64            `json:"failed"`
+	BlockedKeyCount    int64            `json:"blocked_key_count"`
+	BlockedKeys        []blockedKeyJSON `json:"blocked_keys"`
+	OldestReadySeconds float64          `json:"oldest_ready_seconds"`
+	ExpiredLeases      int64            `json:"expired_leases"`
+}
+
+type blockedKeyJSON struct {
+	Key   string `json:"key"`
+	JobID int64  `json:"job_id"`
+	Seq   int64  `json:"seq"`
+	Error string `json:"error"`
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show job counts, blocked keys, the oldest ready job's age and expired leases",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			client, pool, err := a.client(ctx, nil, 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			stats, err := client.Stats(ctx)
+			if err != nil {
+				return err
+			}
+			blocked, err := client.BlockedKeys(ctx, blockedKeysShown)
+			if err != nil {
+				return err
+			}
+			out := statusJSON{
+				Queued: stats.Queued, Running: stats.Running, Done: stats.Done, Failed: stats.Failed,
+				BlockedKeyCount: stats.BlockedKeys, BlockedKeys: []blockedKeyJSON{},
+				OldestReadySeconds: stats.OldestReady.Seconds(), ExpiredLeases: stats.ExpiredLeases,
+			}
+			for _, k := range blocked {
+				out.BlockedKeys = append(out.BlockedKeys, blockedKeyJSON{Key: k.Key, JobID: k.JobID, Seq: k.Seq, Error: k.LastError})
+			}
+			if asJSON {
+				return writeJSON(a, out)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "queued\t%d\n", out.Queued)
+			fmt.Fprintf(tw, "running\t%d\n", out.Running)
+			fmt.Fprintf(tw, "done\t%d\n", out.Done)
+			fmt.Fprintf(tw, "failed\t%d\n", out.Failed)
+			fmt.Fprintf(tw, "blocked keys\t%d\n", out.BlockedKeyCount)
+			fmt.Fprintf(tw, "oldest ready job\t%s\n", stats.OldestReady.Round(time.Millisecond))
+			fmt.Fprintf(tw, "expired leases\t%d\n", out.ExpiredLeases)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(blocked) > 0 {
+				fmt.Fprintln(a.stdout)
+				tw = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "BLOCKED KEY\tJOB\tSEQ\tERROR")
+				for _, k := range blocked {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", k.Key, k.JobID, k.Seq, oneLine(k.LastError))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if int64(len(blocked)) < stats.BlockedKeys {
+					fmt.Fprintf(a.stdout, "... and %d more (ordered failed)\n", stats.BlockedKeys-int64(len(blocked)))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// failedJSON is one element of `ordered failed --json`.
+type failedJSON struct {
+	ID          int64           `json:"id"`
+	Key         string          `json:"key"`
+	Seq         int64           `json:"seq"`
+	Kind        string          `json:"kind"`
+	Blocking    bool            `json:"blocking"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	Error       string          `json:"error"`
+	Payload     json.RawMessage `json:"payload"`
+	FinishedAt  time.Time       `json:"finished_at"`
+}
+
+func (a *app) failedCmd() *cobra.Command {
+	var (
+		key    string
+		limit  int
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "failed",
+		Short: "List failed jobs (blocking ones hold their key until replayed or skipped)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			client, pool, err := a.client(ctx, nil, 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			jobs, err := client.FailedJobs(ctx, ordered.FailedJobsParams{Key: key, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				out := make([]failedJSON, len(jobs))
+				for i, j := range jobs {
+					out[i] = failedJSON{ID: j.ID, Key: j.Key, Seq: j.Seq, Kind: j.Kind, Blocking: j.Blocking,
+						Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, Error: j.LastError,
+						Payload: j.Payload, FinishedAt: j.FinishedAt.UTC()}
+				}
+				return writeJSON(a, out)
+			}
+			if len(jobs) == 0 {
+				fmt.Fprintln(a.stdout, "no failed jobs")
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKEY\tSEQ\tKIND\tATTEMPTS\tBLOCKING\tERROR")
+			for _, j := range jobs {
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Key, j.Seq, j.Kind,
+					j.Attempts, j.MaxAttempts, yesNo(j.Blocking), oneLine(j.LastError))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "only this key's failed jobs")
+	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) replayCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "replay ID...",
+		Short: "Queue failed jobs again with fresh attempts",
+		Long: `Replay queues failed jobs again with fresh attempts. A job that blocked its key runs
+before the key's later jobs. Replaying a job whose later jobs already ran would run it out of
+order: that is refused unless --force.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.eachJob(cmd, args, "replayed", func(c *ordered.Client, id int64) error {
+				return c.Replay(cmd.Context(), id, ordered.ReplayParams{Force: force})
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "replay even if later jobs of the key already ran")
+	return cmd
+}
+
+func (a *app) skipCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "skip ID...",
+		Short: "Release keys blocked by failed jobs; the jobs stay failed, for the record",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.eachJob(cmd, args, "skipped", func(c *ordered.Client, id int64) error {
+				return c.Skip(cmd.Context(), id)
+			})
+		},
+	}
+}
+
+// eachJob applies op to every job ID, stopping at the first failure.
+func (a *app) eachJob(cmd *cobra.Command, args []string, verb string, op func(*ordered.Client, int64) error) error {
+	ids := make([]int64, len(args))
+	for i, s := range args {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			return fmt.Errorf("%q is not a job ID", s)
+		}
+		ids[i] = id
+	}
+	client, pool, err := a.client(cmd.Context(), nil, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	for _, id := range ids {
+		if err := op(client, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s job %d\n", verb, id)
+	}
+	return nil
+}
+
+func (a *app) archiveCmd() *cobra.Command {
+	var (
+		olderThan time.Duration
+		batch     int
+	)
+	cmd := &cobra.Command{
+		Use:   "archive",
+		Short: "Delete finished (done) jobs in bounded batches; failed jobs are kept",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if batch < 1 {
+				return fmt.Errorf("--batch %d must be at least 1", batch)
+			}
+			ctx := cmd.Context()
+			client, pool, err := a.client(ctx, nil, 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			total := 0
+			for {
+				n, err := client.Archive(ctx, ordered.ArchiveParams{OlderThan: olderThan, Limit: batch})
+				if err != nil {
+					return err
+				}
+				total += n
+				if n < batch {
+					break
+				}
+			}
+			fmt.Fprintf(a.stdout, "archived %d done jobs\n", total)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "keep jobs finished more recently than this")
+	cmd.Flags().IntVar(&batch, "batch", ordered.ArchiveBatchDefault, "jobs deleted per statement")
+	return cmd
+}
+
+func writeJSON(a *app, v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+// Exit codes of the --exec command.
+const (
+	exitPermanent = 65 // EX_DATAERR: the job can never succeed
+	// killGrace is how long a command whose claim was lost gets between SIGTERM and SIGKILL.
+	killGrace = 5 * time.Second
+)
+
+func (a *app) workCmd() *cobra.Command {
+	var (
+		command     string
+		workers     int
+		lease       time.Duration
+		maxAttempts int
+		policyName  string
+		poll        time.Duration
+		pollOnly    bool
+		metricsAddr string
+	)
+	cmd := &cobra.Command{
+		Use:   "work --exec COMMAND",
+		Short: "Run workers that execute COMMAND once per job",
+		Long: `Work runs workers that execute COMMAND through /bin/sh once per job, with the job's JSON
+payload on standard input and ORDERED_JOB_ID, ORDERED_KEY, ORDERED_SEQ, ORDERED_ATTEMPT and
+ORDERED_KIND in its environment.
+
+Exit 0 completes the job; exit 65 (EX_DATAERR) fails it for good and the --policy decides for
+its key; any other exit retries it with backoff. The lease is renewed while COMMAND runs; if
+the claim is lost, COMMAND's process group is terminated. COMMAND dies with the worker.
+
+SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stops at once
+(running jobs are released for a retry).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if command == "" {
+				return errors.New("--exec is required")
+			}
+			decision, err := policy.ParseDecision(policyName)
+			if err != nil {
+				return err
+			}
+			// Catch signals before anything starts, so none is lost.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+
+			ctx := context.WithoutCancel(cmd.Context())
+			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
+			client, pool, err := a.client(ctx, &ordered.Config{
+				Lease: lease, MaxAttempts: maxAttempts, Policy: policy.Always(decision), Logger: logger,
+			}, int32(workers)+4)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			w, err := client.NewWorker(execHandler(command, a), &ordered.WorkerConfig{
+				Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg,
+			})
+			if err != nil {
+				return err
+			}
+			if metricsAddr != "" {
+				srv, err := serveMetrics(metricsAddr, reg, w)
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+				logger.Info("ordered: serving /metrics and /healthz", "addr", metricsAddr)
+			}
+			if err := w.Start(ctx); err != nil {
+				return err
+			}
+			logger.Info("ordered: worker started", "workers", workers, "lease", lease, "policy", decision.String())
+
+			<-sigs
+			logger.Info("ordered: draining; signal again to stop at once")
+			stopped := make(chan error, 1)
+			go func() { stopped <- w.Stop(ctx) }()
+			select {
+			case err := <-stopped:
+				return err
+			case <-sigs:
+				logger.Info("ordered: stopping at once; running jobs are released for a retry")
+				return w.StopAndCancel(ctx)
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&command, "exec", "", "shell command to run once per job (required)")
+	f.IntVar(&workers, "workers", ordered.WorkersDefault, "jobs run at once")
+	f.DurationVar(&lease, "lease", ordered.LeaseDefault, "how long a claim owns its job; renewed while the command runs")
+	f.IntVar(&maxAttempts, "max-attempts", ordered.MaxAttemptsDefault, "attempts of a job that sets none")
+	f.StringVar(&policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
+	f.DurationVar(&poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
+	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN (for transaction-mode poolers)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address")
+	return cmd
+}
+
+func serveMetrics(addr string, reg *prometheus.Registry, w *ordered.Worker) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-w.Stopped():
+			http.Error(rw, "stopped", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(rw, "ok")
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	return srv, nil
+}
+
+// execHandler runs command once per job (see workCmd).
+func execHandler(command string, a *app) ordered.HandlerFunc {
+	return func(ctx context.Context, job *ordered.Job) error {
+		cmd := exec.Command("/bin/sh", "-c", command)
+		cmd.Stdin = bytes.NewReader(job.Payload)
+		cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
+		cmd.Env = append(os.Environ(),
+			"ORDERED_JOB_ID="+strconv.FormatInt(job.ID, 10),
+			"ORDERED_KEY="+job.Key,
+			"ORDERED_SEQ="+strconv.FormatInt(job.Seq, 10),
+			"ORDERED_ATTEMPT="+strconv.Itoa(job.Attempt),
+			"ORDERED_KIND="+job.Kind,
+		)
+		// Its own process group, so a lost claim terminates everything it started; and killed
+		// if the worker dies, so no command outlives it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start command: %w", err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+
+		var err error
+		select {
+		case err = <-waited:
+		case <-ctx.Done():
+			terminateGroup(cmd.Process.Pid, waited)
+			return context.Cause(ctx)
+		}
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &exit) && exit.ExitCode() == exitPermanent:
+			return ordered.Permanent(fmt.Errorf("command exited with status %d (EX_DATAERR)", exitPermanent))
+		case errors.As(err, &exit) && exit.ExitCode() >= 0:
+			return fmt.Errorf("command exited with status %d", exit.ExitCode())
+		default:
+			return fmt.Errorf("command: %w", err)
+		}
+	}
+}
+
+// terminateGroup sends SIGTERM to a process group, then SIGKILL if it outlives killGrace.
+func terminateGroup(pid int, waited <-chan error) {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	select {
+	case <-waited:
+	case <-time.After(killGrace):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-waited
+	}
+	// Whatever the shell left behind in the group goes too.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
