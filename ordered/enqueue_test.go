@@ -15,9 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect"
-	"github.com/uptrace/bun/dialect/feature"
-	"github.com/uptrace/bun/schema"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/orderedq/ordered/ordered"
 )
@@ -78,6 +76,17 @@ func (b *testBundle) claimWithin(t *testing.T, c *ordered.Client, within time.Du
 	}
 }
 
+// beginTx begins a transaction on the bundle's pool that is rolled back when the test ends
+// if it is still open, so a failed assertion never leaves a connection checked out (which would
+// hang the pool's Close).
+func (b *testBundle) beginTx(t *testing.T) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
 // requireLateEvent asserts that err is a late-event error naming key, seq and laterSeq.
 func requireLateEvent(t *testing.T, err error, key string, seq, laterSeq int64) {
 	t.Helper()
@@ -92,42 +101,15 @@ func requireLateEvent(t *testing.T, err error, key string, seq, laterSeq int64) 
 
 // openBunDB opens a bun.DB on the bundle's schema through pgx's database/sql driver and closes
 // it when the test ends.
-//
-// The module does not require github.com/uptrace/bun/dialect/pgdialect (go.mod lists only
-// github.com/uptrace/bun), so a test cannot import pgdialect.New() without editing go.mod.
-// The enqueue path only needs bun's transactions (db.RunInTx / tx.Tx), never its query
-// builder, so a minimal PostgreSQL dialect stands in for it.
 func (b *testBundle) openBunDB(t *testing.T) *bun.DB {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(b.queue.URL)
 	require.NoError(t, err)
-	db := bun.NewDB(sql.OpenDB(stdlib.GetConnector(*cfg)), newBunTestDialect())
+	db := bun.NewDB(sql.OpenDB(stdlib.GetConnector(*cfg)), pgdialect.New())
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	require.NoError(t, db.PingContext(b.ctx))
 	return db
 }
-
-// bunTestDialect is the smallest schema.Dialect that lets bun run raw transactions on PostgreSQL.
-type bunTestDialect struct {
-	schema.BaseDialect
-	tables *schema.Tables
-}
-
-func newBunTestDialect() *bunTestDialect {
-	d := &bunTestDialect{}
-	d.tables = schema.NewTables(d)
-	return d
-}
-
-func (*bunTestDialect) Init(*sql.DB)                                                     {}
-func (*bunTestDialect) Name() dialect.Name                                               { return dialect.PG }
-func (*bunTestDialect) Features() feature.Feature                                        { return feature.Returning }
-func (d *bunTestDialect) Tables() *schema.Tables                                         { return d.tables }
-func (*bunTestDialect) OnTable(*schema.Table)                                            {}
-func (*bunTestDialect) IdentQuote() byte                                                 { return '"' }
-func (*bunTestDialect) DefaultVarcharLen() int                                           { return 0 }
-func (*bunTestDialect) DefaultSchema() string                                            { return "public" }
-func (*bunTestDialect) AppendSequence(b []byte, _ *schema.Table, _ *schema.Field) []byte { return b }
 
 // ---------------------------------------------------------------------------------------------
 // 1. Validation.
@@ -183,8 +165,7 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 		b.requireQueueEmpty(t, tc.name+" (batch)")
 
 		// Inside a caller's transaction the batch is refused the same way.
-		tx, err := b.pool.Begin(b.ctx)
-		require.NoError(t, err)
+		tx := b.beginTx(t)
 		_, err = b.client.EnqueueManyTx(b.ctx, tx, batch)
 		requireInvalid(t, tc.name+" (tx)", err, 2, tc.ev, tc.field)
 		require.NoError(t, tx.Commit(b.ctx)) // validation happens before anything is sent
@@ -388,8 +369,7 @@ func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	b := setup(t, nil)
 
 	// Rolled back: no job.
-	tx, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
+	tx := b.beginTx(t)
 	res, err := b.client.EnqueueTx(b.ctx, tx, validEvent("k", 1))
 	require.NoError(t, err)
 	require.NotZero(t, res.ID)
@@ -402,8 +382,7 @@ func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	b.claimNone(t, b.client)
 
 	// Committed with the caller's own change: claimable.
-	tx, err = b.pool.Begin(b.ctx)
-	require.NoError(t, err)
+	tx = b.beginTx(t)
 	_, err = tx.Exec(b.ctx, `CREATE TABLE app_effects (n int)`)
 	require.NoError(t, err)
 	res, err = b.client.EnqueueTx(b.ctx, tx, validEvent("k", 1))
@@ -449,6 +428,7 @@ func TestEnqueueBunFollowsTheCallersTransaction(t *testing.T) {
 	// Through a *bun.Tx, rolled back by the caller: nothing enqueued either.
 	btx, err := db.BeginTx(b.ctx, nil)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = btx.Rollback() })
 	_, err = b.client.EnqueueManyBun(b.ctx, &btx, []ordered.Event{validEvent("k", 1), validEvent("k", 2)})
 	require.NoError(t, err)
 	require.NoError(t, btx.Rollback())

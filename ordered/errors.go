@@ -11,7 +11,8 @@ import (
 var ErrLeaseLost = errors.New("ordered: lease lost: the job was reclaimed or its lease expired")
 
 // ErrInvalidEvent occurs when an event cannot be enqueued as given; the error is an
-// *InvalidEventError that names the event and the problem.
+// *InvalidEventError that names the event and the problem (or, for an empty batch, wraps
+// ErrInvalidEvent itself).
 var ErrInvalidEvent = errors.New("ordered: invalid event")
 
 // ErrLateEvent occurs when an event's seq is below a job of the same key that has already

@@ -21,7 +21,7 @@ type testBundle struct {
 	client *ordered.Client
 }
 
-func setup(t *testing.T, cfg *ordered.Config) *testBundle {
+func setup(t testing.TB, cfg *ordered.Config) *testBundle {
 	t.Helper()
 	q := orderedtest.New(t)
 	client, err := ordered.NewClient(q.Pool, cfg)

@@ -100,26 +100,32 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_late record;
 BEGIN
+    -- Every lookup is per key (LATERAL), through ordered_jobs_heads and ordered_jobs_open, so the
+    -- cost is a few index probes per key whatever the size of the table.
     UPDATE ordered_jobs AS j
     SET head = false
     FROM unnest(p_keys) AS k(key)
-    WHERE j.key = k.key
+    CROSS JOIN LATERAL (
+        SELECT h.id FROM ordered_jobs AS h WHERE h.key = k.key AND h.head) AS cur
+    LEFT JOIN LATERAL (
+        SELECT o.id FROM ordered_jobs AS o
+        WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
+        ORDER BY o.seq LIMIT 1) AS lowest ON true
+    WHERE j.id = cur.id
+      AND cur.id IS DISTINCT FROM lowest.id
       AND j.head
-      AND j.status <> 'running'
-      AND j.id IS DISTINCT FROM (
-          SELECT o.id FROM ordered_jobs AS o
-          WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-          ORDER BY o.seq LIMIT 1);
+      AND j.status <> 'running';
 
     -- A fresh snapshot: sees a claim that committed while the update above waited for its row.
-    SELECT j.key, j.seq AS later_seq, lowest.seq INTO v_late
+    SELECT k.key, h.seq AS later_seq, lowest.seq INTO v_late
     FROM unnest(p_keys) AS k(key)
-    JOIN ordered_jobs AS j ON j.key = k.key AND j.head
     CROSS JOIN LATERAL (
-          SELECT o.id, o.seq FROM ordered_jobs AS o
-          WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-          ORDER BY o.seq LIMIT 1) AS lowest
-    WHERE j.id <> lowest.id
+        SELECT h.id, h.seq FROM ordered_jobs AS h WHERE h.key = k.key AND h.head) AS h
+    CROSS JOIN LATERAL (
+        SELECT o.id, o.seq FROM ordered_jobs AS o
+        WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
+        ORDER BY o.seq LIMIT 1) AS lowest
+    WHERE h.id <> lowest.id
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'ordered: late event: key % seq % is below seq % that has already started',
@@ -131,13 +137,12 @@ BEGIN
 
     UPDATE ordered_jobs AS j
     SET head = true
-    FROM (
-        SELECT (SELECT o.id FROM ordered_jobs AS o
-                WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-                ORDER BY o.seq LIMIT 1) AS id
-        FROM unnest(p_keys) AS k(key)
-    ) AS h
-    WHERE j.id = h.id AND NOT j.head;
+    FROM unnest(p_keys) AS k(key)
+    CROSS JOIN LATERAL (
+        SELECT o.id FROM ordered_jobs AS o
+        WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
+        ORDER BY o.seq LIMIT 1) AS lowest
+    WHERE j.id = lowest.id AND NOT j.head;
 END
 $$;
 
@@ -184,7 +189,8 @@ BEGIN
     v_events := ARRAY(
         SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts, j.id)::ordered_event
         FROM unnest(v_events) AS b
-        LEFT JOIN ordered_jobs AS j ON j.key = b.key AND j.seq = b.seq
+        LEFT JOIN LATERAL (
+            SELECT j.id FROM ordered_jobs AS j WHERE j.seq = b.seq AND j.key = b.key) AS j ON true
         ORDER BY b.ord);
 
     -- Late: a later job of the key finished, or the first later open job has started (jobs
@@ -237,7 +243,9 @@ BEGIN
     RETURN QUERY
     SELECT b.ord, coalesce(b.existing_id, j.id), b.existing_id IS NOT NULL
     FROM unnest(v_events) AS b
-    LEFT JOIN ordered_jobs AS j ON b.existing_id IS NULL AND j.key = b.key AND j.seq = b.seq
+    LEFT JOIN LATERAL (
+        SELECT j.id FROM ordered_jobs AS j
+        WHERE b.existing_id IS NULL AND j.seq = b.seq AND j.key = b.key) AS j ON true
     ORDER BY b.ord;
 END
 $$;

@@ -1,0 +1,58 @@
+package ordered_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// Benchmarks of the hot paths, for comparing changes with benchstat. Speed is measured here and
+// by `ordered bench`, never asserted by a test.
+
+func benchEvents(n, keys int, offset int64) []ordered.Event {
+	evs := make([]ordered.Event, n)
+	for i := range evs {
+		evs[i] = ordered.Event{Key: fmt.Sprintf("key-%05d", i%keys), Seq: offset + int64(i/keys),
+			Kind: "bench", Payload: json.RawMessage(`{"amount_cents":1234,"currency":"EUR"}`)}
+	}
+	return evs
+}
+
+// BenchmarkEnqueueMany10k enqueues batches of 10,000 events over 1,000 keys.
+func BenchmarkEnqueueMany10k(b *testing.B) {
+	bb := setup(b, nil)
+	b.ResetTimer()
+	for i := range b.N {
+		_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(10_000, 1_000, int64(i)*10))
+		require.NoError(b, err)
+	}
+	b.ReportMetric(float64(b.N*10_000)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkEnqueueOne enqueues one event per transaction.
+func BenchmarkEnqueueOne(b *testing.B) {
+	bb := setup(b, nil)
+	b.ResetTimer()
+	for i := range b.N {
+		_, err := bb.client.Enqueue(bb.ctx, ordered.Event{Key: fmt.Sprintf("k%d", i%100), Seq: int64(i)})
+		require.NoError(b, err)
+	}
+}
+
+// BenchmarkClaimComplete claims and completes one job at a time over many keys.
+func BenchmarkClaimComplete(b *testing.B) {
+	bb := setup(b, nil)
+	_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(max(b.N, 1), 1_000, 0))
+	require.NoError(b, err)
+	b.ResetTimer()
+	for range b.N {
+		jobs, err := bb.client.Claim(bb.ctx, 1)
+		require.NoError(b, err)
+		require.Len(b, jobs, 1)
+		require.NoError(b, bb.client.Complete(bb.ctx, jobs[0]))
+	}
+}
