@@ -71,6 +71,8 @@ The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHO
 		a.replayCmd(),
 		a.skipCmd(),
 		a.archiveCmd(),
+		a.demoCmd(),
+		a.demoWorkerCmd(),
 	)
 	return root
 }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+// demoWorkerCmd is the worker process the demo starts (and kills). Its handler applies each
+// event's effect in the same transaction as the completion, so an effect counts once.
+func (a *app) demoWorkerCmd() *cobra.Command {
+	var (
+		name       string
+		policyName string
+		workers    int
+		lease      time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:    "demo-worker",
+		Short:  "A worker process of the demo",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			decision, err := policy.ParseDecision(policyName)
+			if err != nil {
+				return err
+			}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ctx := context.WithoutCancel(cmd.Context())
+			client, pool, err := a.client(ctx, &ordered.Config{
+				Lease:   lease,
+				Policy:  policy.Always(decision),
+				Backoff: policy.Exponential{Base: 100 * time.Millisecond, Max: 2 * time.Second},
+				Logger:  slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+			}, int32(workers)+4)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			w, err := client.NewWorker(ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
+				return demoHandle(ctx, tx, job, name)
+			}), &ordered.WorkerConfig{Workers: workers, PollInterval: 200 * time.Millisecond, MaintenanceInterval: time.Second})
+			if err != nil {
+				return err
+			}
+			if err := w.Start(ctx); err != nil {
+				return err
+			}
+			<-sigs
+			return w.Stop(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", "worker", "name recorded with each effect")
+	f.StringVar(&policyName, "policy", "block", "block or skip")
+	f.IntVar(&workers, "workers", 8, "handlers")
+	f.DurationVar(&lease, "lease", demoLease, "lease")
+	return cmd
+}
+
+// demoHandle is the demo's business logic: a little work, flaky events fail their first
+// attempts, the poison event can never succeed, and the effect is one row.
+func demoHandle(ctx context.Context, tx pgx.Tx, job *ordered.Job, worker string) error {
+	var p demoPayload
+	if err := json.Unmarshal(job.Payload, &p); err != nil {
+		return ordered.Permanent(fmt.Errorf("payload: %w", err))
+	}
+	if p.Poison {
+		return ordered.Permanent(errors.New("invoice total is negative"))
+	}
+	if job.Attempt <= p.FailAttempts {
+		return errors.New("payment provider timed out (simulated)")
+	}
+	select {
+	case <-time.After(time.Duration(2+rand.IntN(6)) * time.Millisecond):
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO demo_effects (key, seq, attempt, worker) VALUES ($1, $2, $3, $4)`,
+		job.Key, job.Seq, job.Attempt, worker)
+	return err
+}

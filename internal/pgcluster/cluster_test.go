@@ -1,0 +1,118 @@
+package pgcluster_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/orderedq/ordered/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// queryPID connects to url and returns the backend's pid: a live server answered.
+func queryPID(ctx context.Context, t *testing.T, url string) int {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var pid int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	return pid
+}
+
+// The whole life of a cluster. Without the server binaries Start fails, and so does this test:
+// it never skips.
+func TestClusterStartRestartStopClose(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	dir := c.Dir()
+	require.DirExists(t, filepath.Join(dir, "data"))
+	require.FileExists(t, c.LogFile())
+	require.Positive(t, c.Port())
+	require.Contains(t, c.URL(), "127.0.0.1:")
+
+	conn, err := pgx.Connect(ctx, c.URL())
+	require.NoError(t, err)
+	var before int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&before))
+	var fsync string
+	require.NoError(t, conn.QueryRow(ctx, `SHOW fsync`).Scan(&fsync))
+	require.Equal(t, "off", fsync)
+	_, err = conn.Exec(ctx, `CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)`)
+	require.NoError(t, err)
+
+	port := c.Port()
+	require.NoError(t, c.Restart(ctx))
+	require.Equal(t, port, c.Port())
+	// The restart cut the old session; a new one works at once, and the data is still there.
+	require.Error(t, conn.Ping(ctx))
+	require.NoError(t, conn.Close(ctx))
+	require.NotZero(t, queryPID(ctx, t, c.URL()))
+	conn, err = pgx.Connect(ctx, c.URL())
+	require.NoError(t, err)
+	var v int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT v FROM kept`).Scan(&v))
+	require.Equal(t, 42, v)
+	require.NoError(t, conn.Close(ctx))
+
+	require.NoError(t, c.Stop(ctx))
+	require.NoError(t, c.Stop(ctx), "stopping a stopped server does nothing")
+	_, err = pgx.Connect(ctx, c.URL())
+	require.Error(t, err, "the server still answers after Stop")
+	require.NoError(t, c.Restart(ctx), "Restart starts a stopped server")
+	require.NotZero(t, queryPID(ctx, t, c.URL()))
+
+	require.NoError(t, c.Close())
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "Close left the cluster's directory behind")
+	_, err = pgx.Connect(ctx, c.URL())
+	require.Error(t, err, "the server still answers after Close")
+	require.NoError(t, c.Close(), "Close is idempotent")
+	require.Error(t, c.Restart(ctx))
+}
+
+// Two clusters run side by side, each on its own port.
+func TestClusterTwoAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, err := pgcluster.Start(ctx, pgcluster.Options{MaxConnections: 20})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	b, err := pgcluster.Start(ctx, pgcluster.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	require.NotEqual(t, a.Port(), b.Port())
+	queryPID(ctx, t, a.URL())
+	queryPID(ctx, t, b.URL())
+
+	conn, err := pgx.Connect(ctx, a.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var maxConns string
+	require.NoError(t, conn.QueryRow(ctx, `SHOW max_connections`).Scan(&maxConns))
+	require.Equal(t, "20", maxConns)
+}
+
+// A BinDir without the server binaries is a clear error, and leaves nothing behind.
+func TestClusterMissingBinaries(t *testing.T) {
+	t.Parallel()
+	empty := t.TempDir()
+	_, err := pgcluster.Start(context.Background(), pgcluster.Options{BinDir: empty})
+	require.ErrorContains(t, err, "initdb")
+	require.ErrorContains(t, err, empty)
+}
