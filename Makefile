@@ -21,6 +21,10 @@ demo: ## Run the main job on the embedded default event stream.
 bench: ## Run the Go benchmarks of the claim, complete and enqueue paths.
 	$(WITH_PG) $(GO) test -run '^$$' -bench . -benchmem ./ordered/
 
+.PHONY: verify
+verify: ## The full chaos run (4 runs of 200 keys x 25 events through injected faults; a few minutes).
+	$(GO) run ./cmd/ordered verify
+
 .PHONY: lint
 lint: ## gofmt and go vet.
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo 'gofmt: the files above need formatting' && exit 1)

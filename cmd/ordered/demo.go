@@ -226,15 +226,9 @@ type workerProc struct {
 }
 
 func (d *demo) startWorker(name string) (*workerProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, "demo-worker", "--database-url", d.url, "--name", name,
+	cmd, err := spawnSelf(io.Discard, d.stderr, "demo-worker", "--database-url", d.url, "--name", name,
 		"--policy", d.policy, "--workers", fmt.Sprint(d.workers), "--lease", demoLease.String())
-	cmd.Stdout, cmd.Stderr = io.Discard, d.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", name, err)
 	}
 	return &workerProc{name: name, cmd: cmd}, nil

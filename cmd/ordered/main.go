@@ -73,6 +73,8 @@ The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHO
 		a.archiveCmd(),
 		a.demoCmd(),
 		a.demoWorkerCmd(),
+		a.verifyCmd(),
+		a.verifyWorkerCmd(),
 	)
 	return root
 }

@@ -166,12 +166,18 @@ func (r *Report) checkKey(ids []ID, jobs map[ID]Job, starts map[ID][]Start, effe
 					id, s.At.Format(time.RFC3339Nano), finishedBy.Format(time.RFC3339Nano))
 			}
 		}
+		// Every effect of this event must land after every effect of the earlier ones.
 		for _, e := range es {
 			if e.Order < lastEffect.Order {
 				r.OrderInversions++
-				r.problem("%s's effect landed before %s's", lastEffect.ID, id)
+				r.problem("%s's effect landed before %s's", id, lastEffect.ID)
+				break
 			}
-			lastEffect = e
+		}
+		for _, e := range es {
+			if e.Order > lastEffect.Order {
+				lastEffect = e
+			}
 		}
 
 		switch {

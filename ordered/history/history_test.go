@@ -133,3 +133,19 @@ func TestUnexpectedFailure(t *testing.T) {
 	r = history.Check(h)
 	require.True(t, r.Clean(true), "%v", r.Problems)
 }
+
+// Duplicates of one event are not out of order with each other, but a duplicate of an earlier
+// event landing after a later event's effect is.
+func TestDuplicateEffectLandingLate(t *testing.T) {
+	t.Parallel()
+	h := clean()
+	h.Effects = append(h.Effects, history.Effect{ID: id("k", 2), ClaimVersion: 2, Order: 1}) // same event, earlier order
+	h.Effects[1].Order = 2
+	r := history.Check(h)
+	require.Zero(t, r.OrderInversions, "%v", r.Problems)
+
+	h = clean()
+	h.Effects = append(h.Effects, history.Effect{ID: id("k", 1), ClaimVersion: 2, Order: 10}) // k/1 again, after k/3
+	r = history.Check(h)
+	require.Equal(t, 2, r.OrderInversions, "k/2 and k/3 both landed before k/1's duplicate")
+}

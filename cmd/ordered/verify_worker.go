@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+const (
+	verifyStartSQL  = `INSERT INTO verify_starts (key, seq, claim_version, pid) VALUES ($1, $2, $3, $4)`
+	verifyEffectSQL = `INSERT INTO verify_effects (key, seq, claim_version) VALUES ($1, $2, $3)`
+	// verifyFencedEffectSQL applies an effect only while the claim is current: a receiver that
+	// honours fencing tokens.
+	verifyFencedEffectSQL = `INSERT INTO verify_effects (key, seq, claim_version)
+SELECT $1, $2, $3 WHERE EXISTS (
+    SELECT 1 FROM ordered_jobs WHERE id = $4 AND claim_version = $3 AND status = 'running'
+      AND lease_until > clock_timestamp())`
+)
+
+// verifyWorkerCmd is a worker process of `ordered verify`: it records each attempt's start
+// and applies each effect, transactionally or at least once.
+func (a *app) verifyWorkerCmd() *cobra.Command {
+	var (
+		policyName    string
+		workers       int
+		lease         time.Duration
+		transactional bool
+		work          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:    "verify-worker",
+		Short:  "A worker process of the chaos run",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			decision, err := policy.ParseDecision(policyName)
+			if err != nil {
+				return err
+			}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ctx := context.WithoutCancel(cmd.Context())
+			client, pool, err := a.client(ctx, &ordered.Config{
+				Lease:   lease,
+				Policy:  policy.Always(decision),
+				Backoff: policy.Exponential{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+				Logger:  slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+			}, int32(workers)+4)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			pid := os.Getpid()
+			var h ordered.Handler
+			if transactional {
+				h = ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
+					if err := verifyAttempt(ctx, pool, job, pid, work); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, verifyEffectSQL, job.Key, job.Seq, job.ClaimVersion)
+					return err
+				})
+			} else {
+				h = ordered.HandlerFunc(func(ctx context.Context, job *ordered.Job) error {
+					if err := verifyAttempt(ctx, pool, job, pid, work); err != nil {
+						return err
+					}
+					_, err := pool.Exec(ctx, verifyFencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID)
+					return err
+				})
+			}
+			w, err := client.NewWorker(h, &ordered.WorkerConfig{
+				Workers: workers, PollInterval: 100 * time.Millisecond, MaintenanceInterval: 300 * time.Millisecond,
+			})
+			if err != nil {
+				return err
+			}
+			if err := w.Start(ctx); err != nil {
+				return err
+			}
+			<-sigs
+			return w.Stop(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&policyName, "policy", "block", "block or skip")
+	f.IntVar(&workers, "workers", 6, "handlers")
+	f.DurationVar(&lease, "lease", time.Second, "lease")
+	f.BoolVar(&transactional, "transactional", false, "commit each effect with its completion")
+	f.DurationVar(&work, "work", 20*time.Millisecond, "mean time spent on a job")
+	return cmd
+}
+
+// verifyAttempt records the attempt's start, does a little work and fails as the payload says.
+func verifyAttempt(ctx context.Context, pool *pgxpool.Pool, job *ordered.Job, pid int, work time.Duration) error {
+	if _, err := pool.Exec(ctx, verifyStartSQL, job.Key, job.Seq, job.ClaimVersion, pid); err != nil {
+		return err
+	}
+	var p verifyPayload
+	if err := json.Unmarshal(job.Payload, &p); err != nil {
+		return ordered.Permanent(fmt.Errorf("payload: %w", err))
+	}
+	if p.Poison {
+		return ordered.Permanent(errors.New("poison event"))
+	}
+	if job.Attempt <= p.FailAttempts {
+		return errors.New("flaky dependency (simulated)")
+	}
+	select {
+	case <-time.After(work/2 + rand.N(work+1)):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
