@@ -74,6 +74,7 @@ The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHO
 		a.demoCmd(),
 		a.demoWorkerCmd(),
 		a.verifyCmd(),
+		a.benchCmd(),
 		a.verifyWorkerCmd(),
 	)
 	return root

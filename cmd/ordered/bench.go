@@ -1,0 +1,610 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// benchSizes are the sizes of one bench run; --quick divides the big ones.
+type benchSizes struct {
+	ceilingTime      time.Duration
+	manyKeys, many   int // (a) jobs over keys
+	orderedKeys, per int // (b) keys × jobs per key
+	serial           int // (c) one key
+	hotSmall, hotBig int // hot-key backlogs
+	hotOthers        int
+	deepJobs, deepKs int
+	deepTime         time.Duration
+	bulk             int
+	singleTime       time.Duration
+	wakeSamples      int
+	churn            time.Duration
+	churnRate        int // events/s
+	concurrency      []int
+}
+
+var benchFull = benchSizes{
+	ceilingTime: 10 * time.Second,
+	manyKeys:    10_000, many: 50_000,
+	orderedKeys: 1_000, per: 50,
+	serial:   5_000,
+	hotSmall: 1_000, hotBig: 1_000_000, hotOthers: 1_000,
+	deepJobs: 1_000_000, deepKs: 100_000, deepTime: 10 * time.Second,
+	bulk:        100_000,
+	singleTime:  5 * time.Second,
+	wakeSamples: 100,
+	churn:       5 * time.Minute, churnRate: 1_000,
+	concurrency: []int{8, 64},
+}
+
+var benchQuick = benchSizes{
+	ceilingTime: time.Second,
+	manyKeys:    1_000, many: 5_000,
+	orderedKeys: 100, per: 50,
+	serial:   500,
+	hotSmall: 1_000, hotBig: 20_000, hotOthers: 300,
+	deepJobs: 20_000, deepKs: 2_000, deepTime: time.Second,
+	bulk:        20_000,
+	singleTime:  time.Second,
+	wakeSamples: 20,
+	churn:       5 * time.Second, churnRate: 500,
+	concurrency: []int{8},
+}
+
+// benchFigure is one line of the bench table.
+type benchFigure struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	// Ratio is Value over the commit ceiling measured in the same run, for rates.
+	Ratio *float64 `json:"ratio_to_ceiling,omitempty"`
+	Note  string   `json:"note,omitempty"`
+}
+
+type bench struct {
+	*app
+	sizes   benchSizes
+	baseURL string
+	ceiling float64
+	figures []benchFigure
+	jsonOut bool
+}
+
+func (a *app) benchCmd() *cobra.Command {
+	var (
+		quick    bool
+		asJSON   bool
+		duration time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "The benchmark suite: throughput, hot-key flatness, deep backlog, enqueue, wake-up and churn, against this machine's commit ceiling",
+		Long: `Bench measures, in one run on this machine, against --database-url or DATABASE_URL (else the
+server on 127.0.0.1:5432, else a private cluster), each scenario in a fresh schema:
+
+  ceiling      single-row UPDATE commits/s at each concurrency (the yardstick for the ratios)
+  throughput   enqueue then drain with a no-op handler: (a) 50,000 jobs over 10,000 keys,
+               (b) 1,000 keys x 50, (c) one key x 5,000, with 8 and 64 handlers
+  hot key      other keys' drain rate with one key holding 1,000 vs 1,000,000 queued jobs
+               behind a running head (flat means ratio >= 0.9)
+  deep         claim latency p50/p99 and jobs/s with 1,000,000 jobs queued over 100,000 keys
+  enqueue      bulk (batches of 10,000) and single-event (8 producers) enqueue rates
+  wake-up      enqueue -> handler start, p50/p99, with LISTEN/NOTIFY and poll-only
+  churn        --duration of steady enqueue+drain: claim latency, dead tuples and table size
+               over time, with archival and the shipped autovacuum settings
+
+--quick shrinks every size to finish in about a minute (a smoke test, not a measurement).
+The full run takes about 15 minutes, most of it loading the million-job backlogs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b := &bench{app: a, sizes: benchFull}
+			if quick {
+				b.sizes = benchQuick
+			}
+			if duration > 0 {
+				b.sizes.churn = duration
+			}
+			return b.run(cmd.Context(), asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "small sizes, about a minute (smoke test)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.DurationVar(&duration, "duration", 0, "length of the churn run (default 5m, 5s with --quick)")
+	return cmd
+}
+
+func (b *bench) add(name string, value float64, unit string, rate bool, note string) {
+	f := benchFigure{Name: name, Value: value, Unit: unit, Note: note}
+	if rate && b.ceiling > 0 {
+		r := value / b.ceiling
+		f.Ratio = &r
+	}
+	b.figures = append(b.figures, f)
+	if !b.jsonOut {
+		fmt.Fprintf(b.stderr, "bench: %s: %.1f %s\n", name, value, unit)
+	}
+}
+
+func (b *bench) run(ctx context.Context, asJSON bool) error {
+	b.jsonOut = asJSON
+	d := &demo{app: b.app}
+	cleanup, err := d.database(ctx)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	b.baseURL = d.baseURL
+
+	steps := []func(context.Context) error{
+		b.benchCeiling, b.benchThroughput, b.benchHotKey, b.benchDeep, b.benchEnqueue, b.benchWakeup, b.benchChurn,
+	}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		return writeJSON(b.app, b.figures)
+	}
+	tw := tabwriter.NewWriter(b.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tvalue\tunit\tvs ceiling\tnote")
+	for _, f := range b.figures {
+		ratio := ""
+		if f.Ratio != nil {
+			ratio = fmt.Sprintf("%.2fx", *f.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Name, formatValue(f.Value), f.Unit, ratio, f.Note)
+	}
+	return tw.Flush()
+}
+
+func formatValue(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// queue is a fresh migrated schema for one scenario.
+type benchQueue struct {
+	pool   *pgxpool.Pool
+	client *ordered.Client
+	drop   func()
+}
+
+func (b *bench) queue(ctx context.Context, maxConns int32, cfg *ordered.Config) (*benchQueue, error) {
+	d := &demo{app: b.app, baseURL: b.baseURL}
+	if err := d.setup(ctx); err != nil {
+		return nil, err
+	}
+	d.pool.Close()
+	pcfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := ordered.NewClient(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &benchQueue{pool: pool, client: client, drop: func() {
+		pool.Close()
+		d.pool = nil
+		d.teardown()
+	}}, nil
+}
+
+// load enqueues n events over keys (seqs from 0 per key) in batches of 10,000, round robin
+// over keys so that every batch touches many keys.
+func load(ctx context.Context, c *ordered.Client, n, keys int, keyName func(int) string) error {
+	payload := json.RawMessage(`{"amount_cents":1234,"currency":"EUR"}`)
+	for lo := 0; lo < n; lo += 10_000 {
+		batch := make([]ordered.Event, 0, min(10_000, n-lo))
+		for i := lo; i < min(lo+10_000, n); i++ {
+			batch = append(batch, ordered.Event{Key: keyName(i % keys), Seq: int64(i / keys), Payload: payload})
+		}
+		if _, err := c.EnqueueMany(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func keyName(i int) string { return fmt.Sprintf("key-%06d", i) }
+
+// benchCeiling measures single-row UPDATE commits/s at the largest bench concurrency.
+func (b *bench) benchCeiling(ctx context.Context) error {
+	for _, c := range b.sizes.concurrency {
+		q, err := b.queue(ctx, int32(c), nil)
+		if err != nil {
+			return err
+		}
+		if _, err := q.pool.Exec(ctx, `CREATE TABLE bench_ceiling (id int PRIMARY KEY, v int NOT NULL);
+			INSERT INTO bench_ceiling SELECT g, 0 FROM generate_series(1, 100000) AS g`); err != nil {
+			q.drop()
+			return err
+		}
+		var commits atomic.Int64
+		ctx2, cancel := context.WithTimeout(ctx, b.sizes.ceilingTime)
+		var wg sync.WaitGroup
+		for range c {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx2.Err() == nil {
+					if _, err := q.pool.Exec(ctx2, `UPDATE bench_ceiling SET v = v + 1 WHERE id = $1`, 1+rand.IntN(100_000)); err == nil {
+						commits.Add(1)
+					}
+				}
+			}()
+		}
+		start := time.Now()
+		wg.Wait()
+		cancel()
+		rate := float64(commits.Load()) / time.Since(start).Seconds()
+		if c == slices.Max(b.sizes.concurrency) || b.ceiling == 0 {
+			b.ceiling = max(b.ceiling, rate)
+		}
+		b.add(fmt.Sprintf("ceiling: single-row UPDATE commits, %d clients", c), rate, "commits/s", false, "")
+		q.drop()
+	}
+	return nil
+}
+
+// drain runs a worker with a no-op handler until want jobs completed; it returns jobs/s.
+func (b *bench) drain(ctx context.Context, q *benchQueue, handlers, want int) (float64, error) {
+	reg := prometheus.NewRegistry()
+	w, err := q.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{Workers: handlers, PollInterval: 50 * time.Millisecond, Registerer: reg, Retention: -1})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := w.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer w.StopAndCancel(context.WithoutCancel(ctx)) //nolint:errcheck
+	for counterValue(reg, "ordered_completions_total") < float64(want) {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return float64(want) / time.Since(start).Seconds(), nil
+}
+
+func counterValue(reg *prometheus.Registry, name string) float64 {
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func histogramOf(reg *prometheus.Registry, name string) *dto.Histogram {
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				return m.GetHistogram()
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bench) benchThroughput(ctx context.Context) error {
+	s := b.sizes
+	shapes := []struct {
+		name      string
+		jobs      int
+		keys      int
+		keyPrefix string
+	}{
+		{fmt.Sprintf("(a) %d jobs over %d keys", s.many, s.manyKeys), s.many, s.manyKeys, "key"},
+		{fmt.Sprintf("(b) %d keys x %d jobs", s.orderedKeys, s.per), s.orderedKeys * s.per, s.orderedKeys, "key"},
+		{fmt.Sprintf("(c) one key x %d jobs", s.serial), s.serial, 1, "key"},
+	}
+	for _, shape := range shapes {
+		for _, h := range s.concurrency {
+			q, err := b.queue(ctx, int32(h)+8, nil)
+			if err != nil {
+				return err
+			}
+			if err := load(ctx, q.client, shape.jobs, shape.keys, keyName); err != nil {
+				q.drop()
+				return err
+			}
+			_, _ = q.pool.Exec(ctx, "ANALYZE ordered_jobs")
+			rate, err := b.drain(ctx, q, h, shape.jobs)
+			q.drop()
+			if err != nil {
+				return err
+			}
+			b.add(fmt.Sprintf("throughput %s, %d handlers", shape.name, h), rate, "jobs/s", true, "")
+		}
+	}
+	return nil
+}
+
+// benchHotKey drains the other keys with a small and a big backlog on one key behind a
+// running head.
+func (b *bench) benchHotKey(ctx context.Context) error {
+	s := b.sizes
+	rates := map[int]float64{}
+	for _, backlog := range []int{s.hotSmall, s.hotBig} {
+		q, err := b.queue(ctx, 24, &ordered.Config{Lease: time.Hour})
+		if err != nil {
+			return err
+		}
+		if err := load(ctx, q.client, backlog+1, 1, func(int) string { return "hot" }); err != nil {
+			q.drop()
+			return err
+		}
+		// The hot key's head is taken and never settled: its backlog waits behind it.
+		if _, err := q.client.Claim(ctx, 1); err != nil {
+			q.drop()
+			return err
+		}
+		if err := load(ctx, q.client, s.hotOthers, s.hotOthers, func(i int) string { return fmt.Sprintf("other-%05d", i) }); err != nil {
+			q.drop()
+			return err
+		}
+		_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs")
+		rate, err := b.drain(ctx, q, 8, s.hotOthers)
+		q.drop()
+		if err != nil {
+			return err
+		}
+		rates[backlog] = rate
+		b.add(fmt.Sprintf("hot key: %d other keys drained, hot backlog %d", s.hotOthers, backlog), rate, "jobs/s", true, "")
+	}
+	b.add(fmt.Sprintf("hot-key flatness (backlog %d vs %d)", s.hotBig, s.hotSmall), rates[s.hotBig]/rates[s.hotSmall], "ratio", false, "target >= 0.9")
+	return nil
+}
+
+// benchDeep claims from a deep backlog with 8 claimers, measuring each claim.
+func (b *bench) benchDeep(ctx context.Context) error {
+	s := b.sizes
+	q, err := b.queue(ctx, 16, nil)
+	if err != nil {
+		return err
+	}
+	defer q.drop()
+	if err := load(ctx, q.client, s.deepJobs, s.deepKs, keyName); err != nil {
+		return err
+	}
+	_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs")
+	var mu sync.Mutex
+	var lat []time.Duration
+	var done atomic.Int64
+	ctx2, cancel := context.WithTimeout(ctx, s.deepTime)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx2.Err() == nil {
+				t := time.Now()
+				jobs, err := q.client.Claim(ctx2, 1)
+				if err != nil || len(jobs) == 0 {
+					continue
+				}
+				d := time.Since(t)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+				if q.client.Complete(ctx, jobs[0]) == nil {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	name := fmt.Sprintf("deep backlog (%d jobs over %d keys)", s.deepJobs, s.deepKs)
+	b.add(name+": claim p50", ms(percentile(lat, 0.50)), "ms", false, "")
+	b.add(name+": claim p99", ms(percentile(lat, 0.99)), "ms", false, "target < 10 ms")
+	b.add(name+": 8 claimers, claim+complete", float64(done.Load())/elapsed.Seconds(), "jobs/s", true, "")
+	return nil
+}
+
+func (b *bench) benchEnqueue(ctx context.Context) error {
+	s := b.sizes
+	q, err := b.queue(ctx, 16, nil)
+	if err != nil {
+		return err
+	}
+	defer q.drop()
+	start := time.Now()
+	if err := load(ctx, q.client, s.bulk, 1_000, keyName); err != nil {
+		return err
+	}
+	b.add("bulk enqueue (batches of 10,000)", float64(s.bulk)/time.Since(start).Seconds(), "events/s", true, "")
+
+	var n atomic.Int64
+	ctx2, cancel := context.WithTimeout(ctx, s.singleTime)
+	defer cancel()
+	var wg sync.WaitGroup
+	start = time.Now()
+	for p := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int64(0); ctx2.Err() == nil; i++ {
+				if _, err := q.client.Enqueue(ctx2, ordered.Event{Key: fmt.Sprintf("single-%d-%d", p, i%100), Seq: i}); err == nil {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.add("single-event enqueue, 8 producers", float64(n.Load())/time.Since(start).Seconds(), "events/s", true, "")
+	return nil
+}
+
+// benchWakeup enqueues into an idle worker and measures enqueue -> handler start.
+func (b *bench) benchWakeup(ctx context.Context) error {
+	for _, pollOnly := range []bool{false, true} {
+		q, err := b.queue(ctx, 8, nil)
+		if err != nil {
+			return err
+		}
+		started := make(chan time.Time, 1)
+		w, err := q.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error {
+			started <- time.Now()
+			return nil
+		}), &ordered.WorkerConfig{Workers: 2, PollOnly: pollOnly, PollInterval: ordered.PollIntervalDefault})
+		if err != nil {
+			q.drop()
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			q.drop()
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // let the listener connect
+		var lat []time.Duration
+		for i := range b.sizes.wakeSamples {
+			time.Sleep(time.Duration(20+rand.IntN(30)) * time.Millisecond)
+			t := time.Now()
+			if _, err := q.client.Enqueue(ctx, ordered.Event{Key: fmt.Sprintf("w%d", i), Seq: 0}); err != nil {
+				_ = w.StopAndCancel(ctx)
+				q.drop()
+				return err
+			}
+			lat = append(lat, (<-started).Sub(t))
+		}
+		_ = w.Stop(ctx)
+		q.drop()
+		slices.Sort(lat)
+		mode := "LISTEN/NOTIFY"
+		note := "target p50 < 5 ms"
+		if pollOnly {
+			mode, note = fmt.Sprintf("poll-only (poll %s)", ordered.PollIntervalDefault), ""
+		}
+		b.add("wake-up enqueue->start, "+mode+": p50", ms(percentile(lat, 0.5)), "ms", false, note)
+		b.add("wake-up enqueue->start, "+mode+": p99", ms(percentile(lat, 0.99)), "ms", false, "")
+	}
+	return nil
+}
+
+// benchChurn enqueues at a steady rate while a worker drains and archives, and samples the
+// claim latency and the table's dead tuples and size.
+func (b *bench) benchChurn(ctx context.Context) error {
+	s := b.sizes
+	q, err := b.queue(ctx, 24, nil)
+	if err != nil {
+		return err
+	}
+	defer q.drop()
+	reg := prometheus.NewRegistry()
+	w, err := q.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{Workers: 8, PollInterval: 50 * time.Millisecond, Registerer: reg,
+			Retention: 2 * time.Second, MaintenanceInterval: time.Second})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.StopAndCancel(context.WithoutCancel(ctx)) //nolint:errcheck
+
+	ctx2, cancel := context.WithTimeout(ctx, s.churn)
+	defer cancel()
+	go func() { // the producer: batches of 10 at the configured rate
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		perTick := max(s.churnRate/100, 1)
+		for i := 0; ctx2.Err() == nil; i++ {
+			<-tick.C
+			batch := make([]ordered.Event, perTick)
+			for j := range batch {
+				batch[j] = ordered.Event{Key: keyName(rand.IntN(1_000)), Seq: int64(i*perTick + j)}
+			}
+			_, _ = q.client.EnqueueMany(ctx2, batch)
+		}
+	}()
+	windows := 5
+	window := s.churn / time.Duration(windows)
+	prev := histogramOf(reg, "ordered_claim_duration_seconds")
+	for i := 1; i <= windows; i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(window):
+		}
+		cur := histogramOf(reg, "ordered_claim_duration_seconds")
+		var dead, live, size int64
+		_ = q.pool.QueryRow(ctx, `SELECT n_dead_tup, n_live_tup, pg_total_relation_size(relid)
+			FROM pg_stat_user_tables WHERE relid = to_regclass('ordered_jobs')`).Scan(&dead, &live, &size)
+		at := time.Duration(i) * window
+		b.add(fmt.Sprintf("churn %s at %d/s: claim p99 (bucket bound)", at.Round(time.Second), s.churnRate),
+			bucketQuantile(prev, cur, 0.99)*1000, "ms", false,
+			fmt.Sprintf("dead tuples %d, live %d, table+indexes %.1f MB", dead, live, float64(size)/(1<<20)))
+		prev = cur
+	}
+	return nil
+}
+
+// bucketQuantile estimates a quantile of the observations between two snapshots of a
+// histogram as the upper bound of the bucket that holds it.
+func bucketQuantile(prev, cur *dto.Histogram, q float64) float64 {
+	if cur == nil {
+		return 0
+	}
+	count := cur.GetSampleCount()
+	if prev != nil {
+		count -= prev.GetSampleCount()
+	}
+	if count == 0 {
+		return 0
+	}
+	target := uint64(q * float64(count))
+	for i, bk := range cur.GetBucket() {
+		n := bk.GetCumulativeCount()
+		if prev != nil {
+			n -= prev.GetBucket()[i].GetCumulativeCount()
+		}
+		if n >= target {
+			return bk.GetUpperBound()
+		}
+	}
+	return cur.GetBucket()[len(cur.GetBucket())-1].GetUpperBound()
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(int(p*float64(len(sorted))), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
