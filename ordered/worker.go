@@ -54,6 +54,9 @@ type WorkerConfig struct {
 	// MaintenanceInterval is how often the worker fails exhausted jobs of crashed workers,
 	// archives finished jobs and refreshes the gauges. Default MaintenanceIntervalDefault.
 	MaintenanceInterval time.Duration
+	// MaxAttempts, when positive, caps the attempts of the jobs this worker runs: a job fails
+	// for good after that many attempts even if it was enqueued with more.
+	MaxAttempts int
 	// Retention is how long done jobs are kept before archival deletes them. Default
 	// RetentionDefault; negative keeps them (archive with `ordered archive` instead).
 	Retention time.Duration
@@ -105,6 +108,8 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("ordered: WorkerConfig.PollInterval %v is below the minimum %v", wc.PollInterval, PollIntervalMin)
 	case wc.HeartbeatInterval <= 0 || wc.HeartbeatInterval >= c.cfg.Lease:
 		return nil, fmt.Errorf("ordered: WorkerConfig.HeartbeatInterval %v must be positive and shorter than the lease %v", wc.HeartbeatInterval, c.cfg.Lease)
+	case wc.MaxAttempts < 0:
+		return nil, fmt.Errorf("ordered: WorkerConfig.MaxAttempts %d must not be negative", wc.MaxAttempts)
 	case wc.MaintenanceInterval <= 0:
 		return nil, fmt.Errorf("ordered: WorkerConfig.MaintenanceInterval %v must be positive", wc.MaintenanceInterval)
 	}
@@ -234,6 +239,9 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 		return 0, err
 	}
 	for _, job := range jobs {
+		if w.cfg.MaxAttempts > 0 && job.MaxAttempts > w.cfg.MaxAttempts {
+			job.MaxAttempts = w.cfg.MaxAttempts
+		}
 		w.metrics.claims.Inc()
 		if job.recovered {
 			w.metrics.expiredRecovered.Inc()
@@ -255,6 +263,14 @@ func (w *Worker) execute(job *Job) {
 	}()
 	ctx, cancel := context.WithCancelCause(w.workCtx)
 	defer cancel(nil)
+
+	if job.Attempt > job.MaxAttempts {
+		// Recovered past this worker's cap (its earlier attempts crashed): fail it unrun.
+		settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancelSettle()
+		w.settle(settleCtx, job, false, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
+		return
+	}
 
 	var heartbeat conc.WaitGroup
 	done := make(chan struct{})

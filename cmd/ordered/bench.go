@@ -53,15 +53,15 @@ var benchFull = benchSizes{
 
 var benchQuick = benchSizes{
 	ceilingTime: time.Second,
-	manyKeys:    1_000, many: 5_000,
-	orderedKeys: 100, per: 50,
-	serial:   500,
-	hotSmall: 1_000, hotBig: 20_000, hotOthers: 300,
+	manyKeys:    500, many: 2_000,
+	orderedKeys: 50, per: 40,
+	serial:   300,
+	hotSmall: 1_000, hotBig: 20_000, hotOthers: 200,
 	deepJobs: 20_000, deepKs: 2_000, deepTime: time.Second,
 	bulk:        20_000,
 	singleTime:  time.Second,
 	wakeSamples: 20,
-	churn:       5 * time.Second, churnRate: 500,
+	churn:       4 * time.Second, churnRate: 500,
 	concurrency: []int{8},
 }
 
@@ -124,7 +124,7 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "small sizes, about a minute (smoke test)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.DurationVar(&duration, "duration", 0, "length of the churn run (default 5m, 5s with --quick)")
+	f.DurationVar(&duration, "duration", 0, "length of the churn run (default 5m, 4s with --quick)")
 	return cmd
 }
 

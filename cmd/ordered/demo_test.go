@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,14 +13,28 @@ import (
 	"github.com/orderedq/ordered/ordered/orderedtest"
 )
 
+// plainBin builds, once, the binary the scenario tests run: without the race detector, which
+// would slow these long runs several times over (the CLI tests' cliBin has it).
+// It goes beside cliBin, in the directory TestMain removes.
+var plainBin = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(cliBin), "ordered-plain")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	return bin, build.Run()
+})
+
+func scenarioBin(t *testing.T) string {
+	t.Helper()
+	bin, err := plainBin()
+	require.NoError(t, err)
+	return bin
+}
+
 // The demo's short form runs end to end — workers killed and replaced included — and reports a
 // clean per-key order check.
 func TestDemoShortIsClean(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "ordered")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	bin := scenarioBin(t)
 
 	for _, pol := range []string{"block", "skip"} {
 		var out bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,7 @@ const maxLineBytes = ordered.MaxPayloadBytesMax + 64<<10
 // inputEvent is one JSON Lines line of `ordered enqueue`.
 type inputEvent struct {
 	Key         *string         `json:"key"`
-	Seq         json.Number     `json:"seq"`
+	Seq         json.RawMessage `json:"seq"`
 	Kind        string          `json:"kind"`
 	Payload     json.RawMessage `json:"payload"`
 	RunAt       *time.Time      `json:"run_at"`
@@ -106,7 +107,9 @@ func readEvents(in io.Reader) ([]ordered.Event, []int, error) {
 	var lines []int
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
-	for n := 1; sc.Scan(); n++ {
+	n := 0
+	for sc.Scan() {
+		n++
 		raw := bytes.TrimSpace(sc.Bytes())
 		if len(raw) == 0 {
 			continue
@@ -120,7 +123,7 @@ func readEvents(in io.Reader) ([]ordered.Event, []int, error) {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, nil, fmt.Errorf("line %d: longer than %d bytes", len(lines)+1, maxLineBytes)
+			return nil, nil, fmt.Errorf("line %d: longer than %d bytes; nothing was enqueued", n+1, maxLineBytes)
 		}
 		return nil, nil, err
 	}
@@ -131,7 +134,6 @@ func parseEvent(raw []byte) (ordered.Event, error) {
 	var in inputEvent
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil {
 		return ordered.Event{}, fmt.Errorf("not a valid event object: %v", err)
 	}
@@ -141,10 +143,10 @@ func parseEvent(raw []byte) (ordered.Event, error) {
 	if in.Key == nil {
 		return ordered.Event{}, errors.New("missing key")
 	}
-	if in.Seq == "" {
+	if len(in.Seq) == 0 || string(in.Seq) == "null" {
 		return ordered.Event{}, errors.New("missing seq")
 	}
-	seq, err := strconv.ParseInt(in.Seq.String(), 10, 64)
+	seq, err := strconv.ParseInt(string(in.Seq), 10, 64)
 	if err != nil {
 		return ordered.Event{}, fmt.Errorf("seq %s is not an integer", in.Seq)
 	}
@@ -161,13 +163,14 @@ func lineError(name string, err error, lines []int, events []ordered.Event) erro
 	if errors.As(err, &invalid) && invalid.Index < len(lines) {
 		return fmt.Errorf("%s: line %d: %s: %s; nothing was enqueued", name, lines[invalid.Index], invalid.Field, invalid.Reason)
 	}
+	msg := strings.TrimPrefix(err.Error(), "ordered: ")
 	var late *ordered.LateEventError
 	if errors.As(err, &late) {
 		for i, ev := range events {
 			if ev.Key == late.Key && ev.Seq == late.Seq {
-				return fmt.Errorf("%s: line %d: %v; nothing was enqueued", name, lines[i], err)
+				return fmt.Errorf("%s: line %d: %s; nothing was enqueued", name, lines[i], msg)
 			}
 		}
 	}
-	return fmt.Errorf("%s: %w; nothing was enqueued", name, err)
+	return fmt.Errorf("%s: %s; nothing was enqueued", name, msg)
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,10 +11,7 @@ import (
 // The short chaos run injects every fault and ends clean.
 func TestVerifyShortIsClean(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "ordered")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	bin := scenarioBin(t)
 
 	var out bytes.Buffer
 	verify := exec.Command(bin, "verify", "--short")

@@ -72,7 +72,7 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 			ctx := context.WithoutCancel(cmd.Context())
 			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
 			client, pool, err := a.client(ctx, &ordered.Config{
-				Lease: lease, MaxAttempts: maxAttempts, Policy: policy.Always(decision), Logger: logger,
+				Lease: lease, Policy: policy.Always(decision), Logger: logger,
 			}, int32(workers)+4)
 			if err != nil {
 				return err
@@ -82,7 +82,7 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			w, err := client.NewWorker(execHandler(command, a), &ordered.WorkerConfig{
-				Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg,
+				Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg, MaxAttempts: maxAttempts,
 			})
 			if err != nil {
 				return err
@@ -117,7 +117,7 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 	f.StringVar(&command, "exec", "", "shell command to run once per job (required)")
 	f.IntVar(&workers, "workers", ordered.WorkersDefault, "jobs run at once")
 	f.DurationVar(&lease, "lease", ordered.LeaseDefault, "how long a claim owns its job; renewed while the command runs")
-	f.IntVar(&maxAttempts, "max-attempts", ordered.MaxAttemptsDefault, "attempts of a job that sets none")
+	f.IntVar(&maxAttempts, "max-attempts", ordered.MaxAttemptsDefault, "a job fails for good after this many attempts (or fewer, if it was enqueued with fewer)")
 	f.StringVar(&policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
 	f.DurationVar(&poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN (for transaction-mode poolers)")

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered/orderedtest"
+)
+
+// cliProc is the CLI running as a real process (the binary built by TestMain). Its output
+// goes to files, so that commands it starts and that outlive it cannot hold a pipe open.
+type cliProc struct {
+	cmd      *exec.Cmd
+	dir      string
+	done     chan struct{}
+	waitErr  error
+	exitedAt time.Time
+}
+
+// startCLIWorker starts `ordered work --database-url URL args...`; the commands it runs find
+// their scratch directory in $ORDERED_TEST_DIR. The process is killed when the test ends.
+func startCLIWorker(t *testing.T, q *orderedtest.Queue, args ...string) *cliProc {
+	t.Helper()
+	dir := t.TempDir()
+	stdout, err := os.Create(filepath.Join(dir, "worker.stdout"))
+	require.NoError(t, err)
+	defer stdout.Close()
+	stderr, err := os.Create(filepath.Join(dir, "worker.stderr"))
+	require.NoError(t, err)
+	defer stderr.Close()
+
+	full := append([]string{"work", "--database-url", q.URL, "--poll", "50ms"}, args...)
+	cmd := exec.Command(cliBin, full...)
+	cmd.Env = append(os.Environ(), "ORDERED_TEST_DIR="+dir)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	require.NoError(t, cmd.Start())
+	p := &cliProc{cmd: cmd, dir: dir, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		p.exitedAt = time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("worker stderr:\n%s", p.stderr())
+		}
+	})
+	return p
+}
+
+func (p *cliProc) stderr() string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, "worker.stderr"))
+	return string(b)
+}
+
+// file reads a file the commands wrote in the scratch directory ("" when there is none).
+func (p *cliProc) file(name string) string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, name))
+	return string(b)
+}
+
+func (p *cliProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+}
+
+// wait waits up to d for the worker to exit and returns its exit code.
+func (p *cliProc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("worker still running %v later; stderr:\n%s", d, p.stderr())
+	}
+	var exit *exec.ExitError
+	if errors.As(p.waitErr, &exit) {
+		return exit.ExitCode()
+	}
+	require.NoError(t, p.waitErr)
+	return 0
+}
+
+// waitPID waits for a command to write its pid to the file name, and kills that pid's
+// process group when the test ends.
+func (p *cliProc) waitPID(t *testing.T, name string) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		var err error
+		pid, err = strconv.Atoi(strings.TrimSpace(p.file(name)))
+		return err == nil && pid > 0
+	}, 10*time.Second, 10*time.Millisecond, "the command never started; worker stderr:\n%s", p.stderr())
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }) // its own process group
+	return pid
+}
+
+// requireGone waits until pid has terminated.
+func requireGone(t *testing.T, pid int, within time.Duration, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return processGone(pid) }, within, 10*time.Millisecond, msg)
+}
+
+func enqueueCLI(t *testing.T, q *orderedtest.Queue, jsonl string) {
+	t.Helper()
+	r := runCLI(t, q.URL, jsonl, "enqueue")
+	require.Zero(t, r.code, r.stderr)
+}
+
+// protocolScript is the --exec command of the protocol test: it keeps the payload and the job's
+// environment, then exits by key (ok… 0, perm… 65, any other 3).
+const protocolScript = `cat > "$ORDERED_TEST_DIR/payload-$ORDERED_JOB_ID-$ORDERED_ATTEMPT"
+printf '%s|%s|%s|%s|%s\n' "$ORDERED_JOB_ID" "$ORDERED_KEY" "$ORDERED_SEQ" "$ORDERED_ATTEMPT" "$ORDERED_KIND" >> "$ORDERED_TEST_DIR/env.log"
+case "$ORDERED_KEY" in ok*) exit 0;; perm*) exit 65;; *) exit 3;; esac`
+
+// The exec protocol: payload on stdin, the job in the environment; exit 0 completes, 65 fails
+// for good (the policy decides), any other exit retries until the attempts run out.
+func TestWorkExecProtocol(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy string
+		want   []string
+	}{
+		{"block", []string{
+			"ok/1 done attempts=1", "ok/2 done attempts=1",
+			"perm/1 blocked attempts=1", "perm/2 queued attempts=0",
+			"retry/1 blocked attempts=2", "retry/2 queued attempts=0",
+		}},
+		{"skip", []string{
+			"ok/1 done attempts=1", "ok/2 done attempts=1",
+			"perm/1 failed attempts=1", "perm/2 failed attempts=1",
+			"retry/1 failed attempts=2", "retry/2 failed attempts=2",
+		}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			q := orderedtest.New(t)
+			// IDs by key and seq: ok 1-2, perm 3-4, retry 5-6.
+			enqueueCLI(t, q, `{"key":"ok","seq":1,"kind":"greeting","payload":{"text":"hello, world","n":1}}
+{"key":"ok","seq":2,"kind":"greeting.v2","payload":"it's \"quoted\""}
+{"key":"perm","seq":1,"kind":"bad","payload":{"n":3}}
+{"key":"perm","seq":2,"kind":"bad","payload":{"n":4}}
+{"key":"retry","seq":1,"kind":"flaky","max_attempts":2}
+{"key":"retry","seq":2,"kind":"flaky","max_attempts":2}
+`)
+			w := startCLIWorker(t, q, "--exec", protocolScript, "--workers", "3", "--policy", tc.policy)
+			require.Eventually(t, func() bool {
+				return jobStatesAre(q.Pool, tc.want...)
+			}, 20*time.Second, 50*time.Millisecond, "jobs end as %v; worker stderr:\n%s", tc.want, w.stderr())
+
+			w.signal(t, syscall.SIGTERM)
+			require.Zero(t, w.wait(t, 10*time.Second), w.stderr())
+			require.Equal(t, tc.want, jobStates(t, q.Pool))
+
+			// Every attempt saw its job in the environment, and its payload on stdin.
+			env := strings.Split(strings.TrimSpace(w.file("env.log")), "\n")
+			require.Contains(t, env, "1|ok|1|1|greeting")
+			require.Contains(t, env, "2|ok|2|1|greeting.v2")
+			require.Contains(t, env, "3|perm|1|1|bad")
+			require.Contains(t, env, "5|retry|1|1|flaky")
+			require.Contains(t, env, "5|retry|1|2|flaky")
+			require.NotContains(t, env, "5|retry|1|3|flaky")
+			require.NotContains(t, env, "3|perm|1|2|bad", "exit 65 is not retried")
+			if tc.policy == "block" {
+				require.Len(t, env, 5, "the jobs behind a blocked key never run: %v", env)
+			} else {
+				require.Contains(t, env, "4|perm|2|1|bad")
+				require.Contains(t, env, "6|retry|2|2|flaky")
+				require.Len(t, env, 8, "%v", env)
+			}
+			require.JSONEq(t, `{"text":"hello, world","n":1}`, w.file("payload-1-1"))
+			require.JSONEq(t, `"it's \"quoted\""`, w.file("payload-2-1"))
+			require.JSONEq(t, `null`, w.file("payload-5-2"), "no payload is JSON null")
+
+			var lastError string
+			require.NoError(t, q.Pool.QueryRow(context.Background(),
+				"SELECT last_error FROM ordered_jobs WHERE id = 3").Scan(&lastError))
+			require.Contains(t, lastError, "65")
+			require.NoError(t, q.Pool.QueryRow(context.Background(),
+				"SELECT last_error FROM ordered_jobs WHERE id = 5").Scan(&lastError))
+			require.Contains(t, lastError, "status 3")
+		})
+	}
+}
+
+// `work --max-attempts N` bounds the attempts of jobs enqueued without max_attempts: with 2, a
+// job that keeps failing is blocked after its second attempt.
+func TestWorkMaxAttemptsFlag(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"retry","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--exec", "exit 3", "--max-attempts", "2", "--policy", "block")
+
+	// Wait until the second attempt is settled, whatever the outcome.
+	var status string
+	var attempts, maxAttempts int
+	require.Eventually(t, func() bool {
+		err := q.Pool.QueryRow(context.Background(),
+			"SELECT status, attempts, max_attempts FROM ordered_jobs WHERE id = 1").Scan(&status, &attempts, &maxAttempts)
+		return err == nil && attempts >= 2 && status != "running"
+	}, 15*time.Second, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	require.Equal(t, "blocked attempts=2", fmt.Sprintf("%s attempts=%d", status, attempts),
+		"--max-attempts 2 must stop the retries after attempt 2 (the job has max_attempts=%d)", maxAttempts)
+}
+
+// A lost claim terminates the command: the next heartbeat finds the claim gone.
+func TestWorkLostClaimTerminatesCommand(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1,"max_attempts":1}`+"\n")
+	w := startCLIWorker(t, q, "--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 300`, "--lease", "1s")
+	pid := w.waitPID(t, "pid")
+	require.False(t, processGone(pid))
+
+	tag, err := q.Pool.Exec(context.Background(),
+		"UPDATE ordered_jobs SET claim_version = claim_version + 1 WHERE id = 1 AND status = 'running'")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	requireGone(t, pid, 5*time.Second, "the command outlived its lost claim")
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr(), "lost the claim") },
+		5*time.Second, 20*time.Millisecond)
+	select {
+	case <-w.done:
+		t.Fatalf("the worker exited after a lost claim; stderr:\n%s", w.stderr())
+	default:
+	}
+}
+
+// A worker killed with SIGKILL leaves no command behind (Pdeathsig).
+func TestWorkSIGKILLLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 300`)
+	pid := w.waitPID(t, "pid")
+	require.False(t, processGone(pid))
+
+	w.signal(t, syscall.SIGKILL)
+	require.Equal(t, -1, w.wait(t, 5*time.Second), "killed by a signal")
+	requireGone(t, pid, 5*time.Second, "the command outlived its SIGKILLed worker")
+}
+
+// SIGTERM drains: the running job finishes and is done, no other job starts, exit 0.
+func TestWorkSIGTERMDrains(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}
+{"key":"k","seq":2}
+{"key":"k","seq":3}
+`)
+	w := startCLIWorker(t, q, "--workers", "2",
+		"--exec", `echo "$ORDERED_SEQ start" >> "$ORDERED_TEST_DIR/log"; sleep 1; echo "$ORDERED_SEQ end" >> "$ORDERED_TEST_DIR/log"`)
+	require.Eventually(t, func() bool { return w.file("log") == "1 start\n" },
+		10*time.Second, 10*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	signalled := time.Now()
+	w.signal(t, syscall.SIGTERM)
+
+	require.Zero(t, w.wait(t, 10*time.Second), w.stderr())
+	require.Equal(t, "1 start\n1 end\n", w.file("log"), "the job ran to its end and nothing started after the signal")
+	require.Equal(t, []string{"k/1 done attempts=1", "k/2 queued attempts=0", "k/3 queued attempts=0"},
+		jobStates(t, q.Pool))
+	require.Less(t, w.exitedAt.Sub(signalled), 5*time.Second)
+}
+
+// A second SIGTERM stops at once: the running command is terminated and its job released.
+func TestWorkSecondSIGTERMStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}
+{"key":"k","seq":2}
+`)
+	w := startCLIWorker(t, q, "--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 300`)
+	pid := w.waitPID(t, "pid")
+
+	w.signal(t, syscall.SIGTERM)
+	// The first signal must be handled before the second, or the two may be merged.
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr(), "draining") },
+		5*time.Second, 10*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	select {
+	case <-w.done:
+		t.Fatalf("the worker exited after one SIGTERM while its job runs; stderr:\n%s", w.stderr())
+	case <-time.After(200 * time.Millisecond):
+	}
+	signalled := time.Now()
+	w.signal(t, syscall.SIGTERM)
+	w.wait(t, 5*time.Second)
+	require.Less(t, w.exitedAt.Sub(signalled), 3*time.Second, "the second signal stops at once")
+	requireGone(t, pid, 2*time.Second, "the command outlived the worker's stop")
+	require.Equal(t, []string{"k/1 queued attempts=1", "k/2 queued attempts=0"}, jobStates(t, q.Pool),
+		"the running job is released for a retry")
+}
+
+// --metrics-addr serves /healthz and the Prometheus /metrics.
+func TestWorkMetricsAddr(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	w := startCLIWorker(t, q, "--exec", "true", "--metrics-addr", addr)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool {
+		code, _ := get("/healthz")
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "/healthz never answered 200; worker stderr:\n%s", w.stderr())
+	require.Eventually(t, func() bool {
+		return jobStatesAre(q.Pool, "k/1 done attempts=1")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	code, body := get("/metrics")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "ordered_claims_total 1")
+	require.Contains(t, body, "ordered_completions_total 1")
+
+	w.signal(t, syscall.SIGTERM)
+	require.Zero(t, w.wait(t, 10*time.Second), w.stderr())
+}
