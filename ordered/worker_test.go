@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
 )
 
 // startWorker starts a worker and stops it when the test ends.
@@ -374,4 +375,22 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 		}
 	}
 	return 0
+}
+
+// WorkerConfig.MaxAttempts caps the attempts of the jobs a worker runs, below their own.
+func TestWorkerMaxAttemptsCapsJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Backoff: policy.Exponential{Base: time.Millisecond, Max: time.Millisecond}})
+	id := b.enqueue(t, "k", 1)[0] // enqueued with the default of 25 attempts
+	var attempts sync.Map
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		attempts.Store(j.Attempt, j.MaxAttempts)
+		return errors.New("always failing")
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, MaxAttempts: 2})
+	waitFor(t, 20*time.Second, "the job blocked", func() bool { return b.jobStatus(t, id) == "blocked" })
+	maxSeen, ok := attempts.Load(2)
+	require.True(t, ok)
+	require.Equal(t, 2, maxSeen, "the handler sees the capped MaxAttempts")
+	_, third := attempts.Load(3)
+	require.False(t, third)
 }
