@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/orderedq/ordered/ordered"
@@ -38,31 +35,20 @@ func (a *app) demoWorkerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			ctx := context.WithoutCancel(cmd.Context())
-			client, pool, err := a.client(ctx, &ordered.Config{
-				Lease:   lease,
-				Policy:  policy.Always(decision),
-				Backoff: policy.Exponential{Base: 100 * time.Millisecond, Max: 2 * time.Second},
-				Logger:  slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-			}, int32(workers)+4)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			w, err := client.NewWorker(ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
-				return demoHandle(ctx, tx, job, name)
-			}), &ordered.WorkerConfig{Workers: workers, PollInterval: 200 * time.Millisecond, MaintenanceInterval: time.Second})
-			if err != nil {
-				return err
-			}
-			if err := w.Start(ctx); err != nil {
-				return err
-			}
-			<-sigs
-			return w.Stop(ctx)
+			return a.runWorker(cmd.Context(), workerSetup{
+				client: ordered.Config{
+					Lease:   lease,
+					Policy:  policy.Always(decision),
+					Backoff: policy.Exponential{Base: 100 * time.Millisecond, Max: 2 * time.Second},
+					Logger:  quietLogger(a.stderr),
+				},
+				worker: ordered.WorkerConfig{Workers: workers, PollInterval: 200 * time.Millisecond, MaintenanceInterval: time.Second},
+				handler: func(*pgxpool.Pool) ordered.Handler {
+					return ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
+						return demoHandle(ctx, tx, job, name)
+					})
+				},
+			})
 		},
 	}
 	f := cmd.Flags()

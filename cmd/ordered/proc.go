@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orderedq/ordered/ordered"
 )
 
 // spawnSelf starts this binary with args as a child that dies with this process.
@@ -20,4 +27,67 @@ func spawnSelf(stdout, stderr io.Writer, args ...string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	return cmd, nil
+}
+
+// workerSetup describes a worker process: its client, its worker and its handler.
+type workerSetup struct {
+	client ordered.Config
+	worker ordered.WorkerConfig
+	// handler builds the handler; it may use the worker's pool.
+	handler func(pool *pgxpool.Pool) ordered.Handler
+	// started, if set, runs once the worker is built (to serve metrics, say); the function it
+	// returns runs when the process stops.
+	started func(w *ordered.Worker) (func(), error)
+}
+
+// runWorker runs a worker until SIGINT or SIGTERM, then drains it: no new jobs, running ones
+// finish. A second signal stops it at once, releasing the running jobs for a retry.
+func (a *app) runWorker(ctx context.Context, s workerSetup) error {
+	// Catch signals before anything starts, so none is lost.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	ctx = context.WithoutCancel(ctx)
+	cfg := s.client
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, nil))
+	}
+	client, pool, err := a.client(ctx, &cfg, int32(max(s.worker.Workers, 1))+4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	w, err := client.NewWorker(s.handler(pool), &s.worker)
+	if err != nil {
+		return err
+	}
+	if s.started != nil {
+		cleanup, err := s.started(w)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	cfg.Logger.Info("ordered: worker started", "workers", s.worker.Workers, "lease", client.Config().Lease)
+
+	<-sigs
+	cfg.Logger.Info("ordered: draining; signal again to stop at once")
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		return err
+	case <-sigs:
+		cfg.Logger.Info("ordered: stopping at once; running jobs are released for a retry")
+		return w.StopAndCancel(ctx)
+	}
+}
+
+// quietLogger logs errors only: the demo's and verify's workers would drown their reports.
+func quietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError}))
 }

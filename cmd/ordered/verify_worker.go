@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,50 +48,36 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			ctx := context.WithoutCancel(cmd.Context())
-			client, pool, err := a.client(ctx, &ordered.Config{
-				Lease:   lease,
-				Policy:  policy.Always(decision),
-				Backoff: policy.Exponential{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
-				Logger:  slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-			}, int32(workers)+4)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
 			pid := os.Getpid()
-			var h ordered.Handler
-			if transactional {
-				h = ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
-					if err := verifyAttempt(ctx, pool, job, pid, work); err != nil {
-						return err
+			return a.runWorker(cmd.Context(), workerSetup{
+				client: ordered.Config{
+					Lease:   lease,
+					Policy:  policy.Always(decision),
+					Backoff: policy.Exponential{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+					Logger:  quietLogger(a.stderr),
+				},
+				worker: ordered.WorkerConfig{
+					Workers: workers, PollInterval: 100 * time.Millisecond, MaintenanceInterval: 300 * time.Millisecond,
+				},
+				handler: func(pool *pgxpool.Pool) ordered.Handler {
+					if transactional {
+						return ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
+							if err := verifyAttempt(ctx, pool, job, pid, work); err != nil {
+								return err
+							}
+							_, err := tx.Exec(ctx, verifyEffectSQL, job.Key, job.Seq, job.ClaimVersion)
+							return err
+						})
 					}
-					_, err := tx.Exec(ctx, verifyEffectSQL, job.Key, job.Seq, job.ClaimVersion)
-					return err
-				})
-			} else {
-				h = ordered.HandlerFunc(func(ctx context.Context, job *ordered.Job) error {
-					if err := verifyAttempt(ctx, pool, job, pid, work); err != nil {
+					return ordered.HandlerFunc(func(ctx context.Context, job *ordered.Job) error {
+						if err := verifyAttempt(ctx, pool, job, pid, work); err != nil {
+							return err
+						}
+						_, err := pool.Exec(ctx, verifyFencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID)
 						return err
-					}
-					_, err := pool.Exec(ctx, verifyFencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID)
-					return err
-				})
-			}
-			w, err := client.NewWorker(h, &ordered.WorkerConfig{
-				Workers: workers, PollInterval: 100 * time.Millisecond, MaintenanceInterval: 300 * time.Millisecond,
+					})
+				},
 			})
-			if err != nil {
-				return err
-			}
-			if err := w.Start(ctx); err != nil {
-				return err
-			}
-			<-sigs
-			return w.Stop(ctx)
 		},
 	}
 	f := cmd.Flags()

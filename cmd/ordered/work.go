@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -64,53 +64,27 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 			if err != nil {
 				return err
 			}
-			// Catch signals before anything starts, so none is lost.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-
-			ctx := context.WithoutCancel(cmd.Context())
-			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
-			client, pool, err := a.client(ctx, &ordered.Config{
-				Lease: lease, Policy: policy.Always(decision), Logger: logger,
-			}, int32(workers)+4)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			w, err := client.NewWorker(execHandler(command, a), &ordered.WorkerConfig{
-				Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg, MaxAttempts: maxAttempts,
+			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
+			return a.runWorker(cmd.Context(), workerSetup{
+				client: ordered.Config{Lease: lease, Policy: policy.Always(decision), Logger: logger},
+				worker: ordered.WorkerConfig{
+					Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg, MaxAttempts: maxAttempts,
+				},
+				handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(command, a) },
+				started: func(w *ordered.Worker) (func(), error) {
+					if metricsAddr == "" {
+						return func() {}, nil
+					}
+					srv, err := serveMetrics(metricsAddr, reg, w)
+					if err != nil {
+						return nil, err
+					}
+					logger.Info("ordered: serving /metrics and /healthz", "addr", metricsAddr)
+					return func() { srv.Close() }, nil
+				},
 			})
-			if err != nil {
-				return err
-			}
-			if metricsAddr != "" {
-				srv, err := serveMetrics(metricsAddr, reg, w)
-				if err != nil {
-					return err
-				}
-				defer srv.Close()
-				logger.Info("ordered: serving /metrics and /healthz", "addr", metricsAddr)
-			}
-			if err := w.Start(ctx); err != nil {
-				return err
-			}
-			logger.Info("ordered: worker started", "workers", workers, "lease", lease, "policy", decision.String())
-
-			<-sigs
-			logger.Info("ordered: draining; signal again to stop at once")
-			stopped := make(chan error, 1)
-			go func() { stopped <- w.Stop(ctx) }()
-			select {
-			case err := <-stopped:
-				return err
-			case <-sigs:
-				logger.Info("ordered: stopping at once; running jobs are released for a retry")
-				return w.StopAndCancel(ctx)
-			}
 		},
 	}
 	f := cmd.Flags()
