@@ -31,7 +31,7 @@ type keyHistory struct {
 func TestRandomizedConcurrentHistoryKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &ordered.Config{
-		Lease:   400 * time.Millisecond,
+		Lease:   2 * time.Second,
 		Policy:  policy.Always(policy.Skip),
 		Backoff: policy.Exponential{Base: time.Millisecond, Max: 20 * time.Millisecond},
 	})
@@ -86,7 +86,7 @@ func TestRandomizedConcurrentHistoryKeepsKeyOrder(t *testing.T) {
 			defer workersWG.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 2))
 			c := b.newClient(t, &ordered.Config{
-				Lease: 400 * time.Millisecond, Policy: policy.Always(policy.Skip),
+				Lease: 2 * time.Second, Policy: policy.Always(policy.Skip),
 				Backoff: policy.Exponential{Base: time.Millisecond, Max: 20 * time.Millisecond},
 			})
 			for {

@@ -208,19 +208,27 @@ func jitter(d time.Duration) time.Duration {
 func (w *Worker) fetchLoop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	backoff := policy.Exponential{Base: 20 * time.Millisecond, Max: w.cfg.PollInterval}
+	failures := 0
 	for {
-		free := w.cfg.Workers - int(w.running.Load())
-		if free > 0 {
+		wait := jitter(w.cfg.PollInterval)
+		if free := w.cfg.Workers - int(w.running.Load()); free > 0 {
 			want := min(free, ClaimBatchMax)
 			n, err := w.fetch(ctx, want)
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err != nil && ctx.Err() == nil:
+				// The wake-up that led here is spent: try again soon, not at the next poll.
+				failures++
+				wait = min(wait, backoff.Delay(failures))
 				w.log.ErrorContext(ctx, "ordered: claim failed", "error", err)
-			}
-			if err == nil && n == want {
+			case err == nil && n == want:
+				failures = 0
 				continue // there may be more
+			case err == nil:
+				failures = 0
 			}
 		}
-		timer.Reset(jitter(w.cfg.PollInterval))
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
@@ -268,7 +276,7 @@ func (w *Worker) execute(job *Job) {
 		// Recovered past this worker's cap (its earlier attempts crashed): fail it unrun.
 		settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancelSettle()
-		w.settle(settleCtx, job, false, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
+		w.settle(settleCtx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
 		return
 	}
 
@@ -282,13 +290,19 @@ func (w *Worker) execute(job *Job) {
 	close(done)
 	heartbeat.Wait()
 
+	if completed && err == nil {
+		// Committed with the handler's transaction; a heartbeat that ran after the commit may
+		// have found the job done and cancelled ctx, which changes nothing.
+		w.metrics.completions.Inc()
+		return
+	}
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
 		w.lostOwnership(job, err)
 		return
 	}
 	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancelSettle()
-	w.settle(settleCtx, job, completed, err)
+	w.settle(settleCtx, job, err)
 }
 
 // heartbeat renews the job's lease until done; a lost claim cancels the handler.
@@ -315,14 +329,11 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
-func (w *Worker) settle(ctx context.Context, job *Job, completed bool, herr error) {
+func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	var outcome Outcome
 	var err error
 	var retryAfter *retryAfterError
 	switch {
-	case herr == nil && completed:
-		w.metrics.completions.Inc()
-		return
 	case herr == nil:
 		if err = w.client.Complete(ctx, job); err == nil {
 			w.metrics.completions.Inc()
@@ -365,9 +376,12 @@ func (w *Worker) lostOwnership(job *Job, herr error) {
 func (w *Worker) listenLoop(ctx context.Context) {
 	backoff := policy.Exponential{Base: 50 * time.Millisecond, Max: 5 * time.Second}
 	for failures := 0; ctx.Err() == nil; {
-		err := w.listen(ctx)
+		listened, err := w.listen(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			failures = 0 // it worked until now: reconnect at once, back off only if that fails
 		}
 		failures++
 		w.log.Warn("ordered: notification listener disconnected; reconnecting", "error", err)
@@ -378,21 +392,22 @@ func (w *Worker) listenLoop(ctx context.Context) {
 	}
 }
 
-// listen holds one LISTEN connection until it fails or ctx ends.
-func (w *Worker) listen(ctx context.Context) error {
+// listen holds one LISTEN connection until it fails or ctx ends. listened reports whether the
+// LISTEN itself succeeded.
+func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, w.client.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, listenSQL); err != nil {
-		return err
+		return false, err
 	}
 	w.signal() // notifications sent while we were not listening are lost: look now
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if n.Payload == w.schema {
 			w.signal()

@@ -201,8 +201,8 @@ func (c *Cluster) stop(ctx context.Context) error {
 	return c.pgCtl(ctx, "stop", "-m", "immediate")
 }
 
-// postmasterPID reads the server's pid from postmaster.pid; false when there is none, i.e.
-// the server is not running (or never started).
+// postmasterPID returns the server's pid and whether it runs: false when there is no
+// postmaster.pid (stopped, or never started) or its process is gone (the server crashed).
 func (c *Cluster) postmasterPID() (int, bool) {
 	b, err := os.ReadFile(filepath.Join(c.data, "postmaster.pid"))
 	if err != nil {
@@ -210,7 +210,11 @@ func (c *Cluster) postmasterPID() (int, bool) {
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(first))
-	return pid, err == nil && pid > 0
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	err = syscall.Kill(pid, 0)
+	return pid, err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // serverOptions are the postgres options given to pg_ctl -o, which passes them through a
