@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,11 +149,12 @@ func (d *demo) database(ctx context.Context) (cleanup func(), err error) {
 	if d.baseURL != "" {
 		return func() {}, nil
 	}
+	local := cmp.Or(os.Getenv("ORDERED_LOCAL_URL"), demoLocalURL) // tests point it at a closed port
 	probe, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if conn, err := pgx.Connect(probe, demoLocalURL); err == nil {
+	if conn, err := pgx.Connect(probe, local); err == nil {
 		conn.Close(ctx)
-		d.baseURL = demoLocalURL
+		d.baseURL = local
 		d.say("using the PostgreSQL server on 127.0.0.1:5432")
 		return func() {}, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -46,4 +47,38 @@ func TestDemoShortIsClean(t *testing.T) {
 		require.Contains(t, out.String(), "policy "+pol+":", out.String())
 		require.Contains(t, out.String(), "result          clean", out.String())
 	}
+}
+
+// With no DATABASE_URL and nothing on the local port, the demo starts a private PostgreSQL
+// cluster of its own, and removes it afterwards.
+func TestDemoStartsPrivateClusterWithoutServer(t *testing.T) {
+	t.Parallel()
+	bin := scenarioBin(t)
+	// A TMPDIR of its own, open to the unprivileged user the cluster runs as.
+	tmp, err := os.MkdirTemp("", "ordered-demo-tmp-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	require.NoError(t, os.Chmod(tmp, 0o755))
+	var out bytes.Buffer
+	demo := exec.Command(bin, "demo", "--short")
+	demo.Env = append(withoutEnv(os.Environ(), "DATABASE_URL"),
+		"ORDERED_LOCAL_URL=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2",
+		"TMPDIR="+tmp)
+	demo.Stdout, demo.Stderr = &out, &out
+	require.NoError(t, demo.Run(), out.String())
+	require.Contains(t, out.String(), "starting a private PostgreSQL cluster", out.String())
+	require.Contains(t, out.String(), "result          clean", out.String())
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "the private cluster's directory was not removed")
+}
+
+func withoutEnv(env []string, name string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
