@@ -179,4 +179,22 @@ func TestRandomizedConcurrentHistoryKeepsKeyOrder(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx,
 		`SELECT count(*) FROM ordered_jobs WHERE status NOT IN ('done', 'failed')`).Scan(&open))
 	require.Zero(t, open)
+	requireHeadInvariant(t, b)
+}
+
+// requireHeadInvariant checks the head flags: finished jobs are never heads, and every key with
+// open jobs has exactly one head, its lowest open job.
+func requireHeadInvariant(t *testing.T, b *testBundle) {
+	t.Helper()
+	var finishedHeads, badKeys int
+	require.NoError(t, b.pool.QueryRow(b.ctx,
+		`SELECT count(*) FROM ordered_jobs WHERE head AND status IN ('done', 'failed')`).Scan(&finishedHeads))
+	require.Zero(t, finishedHeads, "a finished job is still a head")
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+		SELECT count(*) FROM (
+		    SELECT key FROM ordered_jobs WHERE status IN ('queued', 'running', 'blocked')
+		    GROUP BY key
+		    HAVING count(*) FILTER (WHERE head) <> 1
+		        OR min(seq) <> min(seq) FILTER (WHERE head)) AS bad`).Scan(&badKeys))
+	require.Zero(t, badKeys, "a key's head is not its lowest open job")
 }

@@ -38,6 +38,9 @@ type Job struct {
 
 	// recovered is set when the claim took the job back from an expired lease.
 	recovered bool
+	// claimedAt is when the claim was sent, by this process's monotonic clock: the lease
+	// cannot have started earlier.
+	claimedAt time.Time
 }
 
 // IdempotencyKey identifies the event's business operation: "key/seq". It is the same on every
@@ -77,6 +80,7 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("ordered: claim limit %d must be at least 1", limit)
 	}
+	sent := time.Now()
 	rows, err := store.JobClaimMany(ctx, c.pool, limit, c.cfg.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("ordered: claim: %w", err)
@@ -87,7 +91,7 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 			ID: r.ID, Key: r.Key, Seq: r.Seq, Kind: r.Kind, Payload: r.Payload,
 			Attempt: r.Attempts, MaxAttempts: r.MaxAttempts, ClaimVersion: r.ClaimVersion,
 			LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt,
-			AttemptedAt: r.AttemptedAt, recovered: r.Recovered,
+			AttemptedAt: r.AttemptedAt, recovered: r.Recovered, claimedAt: sent,
 		}
 		if r.LastError != nil {
 			jobs[i].LastError = *r.LastError

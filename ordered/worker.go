@@ -36,6 +36,7 @@ const (
 	notifyChannel = "ordered_jobs"
 	listenSQL     = "LISTEN " + notifyChannel
 	settleTimeout = 30 * time.Second
+	claimTimeout  = 30 * time.Second
 	// archiveBatchesPerPass bounds one maintenance pass's archival.
 	archiveBatchesPerPass = 10
 )
@@ -240,6 +241,10 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 
 // fetch claims up to want jobs and starts them.
 func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
+	// Not cancelled by Stop: a claim that committed must be read and its jobs run, or they
+	// would sit until their leases expire and lose an attempt.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
 	start := time.Now()
 	jobs, err := w.client.Claim(ctx, want)
 	w.metrics.claimDuration.Observe(time.Since(start).Seconds())
@@ -280,15 +285,19 @@ func (w *Worker) execute(job *Job) {
 		return
 	}
 
+	// The heartbeat runs until the outcome is settled: a completion that waits for the key
+	// (an open enqueue of it) must not outlive the lease meanwhile.
 	var heartbeat conc.WaitGroup
 	done := make(chan struct{})
 	heartbeat.Go(func() { w.heartbeat(ctx, cancel, job, done) })
+	defer func() {
+		close(done)
+		heartbeat.Wait()
+	}()
 
 	start := time.Now()
 	completed, err := callHandler(ctx, w.handler, w.client, job)
 	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
-	close(done)
-	heartbeat.Wait()
 
 	if completed && err == nil {
 		// Committed with the handler's transaction; a heartbeat that ran after the commit may
@@ -305,8 +314,13 @@ func (w *Worker) execute(job *Job) {
 	w.settle(settleCtx, job, err)
 }
 
-// heartbeat renews the job's lease until done; a lost claim cancels the handler.
+// heartbeat renews the job's lease until done. A lost claim cancels the handler; so does a
+// lease that ran out, by this process's clock, while renewals kept failing (the database may
+// be unreachable, and another worker may own the job by now).
 func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job, done <-chan struct{}) {
+	lease := w.client.cfg.Lease
+	margin := lease / 10
+	expires := job.claimedAt.Add(lease - margin)
 	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer ticker.Stop()
 	for {
@@ -315,14 +329,21 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-ticker.C:
 		}
+		sent := time.Now()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.HeartbeatInterval)
 		_, err := w.client.Renew(rctx, job)
 		rcancel()
 		switch {
+		case err == nil:
+			expires = sent.Add(lease - margin)
 		case errors.Is(err, ErrLeaseLost):
 			cancel(ErrLeaseLost)
 			return
-		case err != nil:
+		case time.Now().After(expires):
+			w.log.Warn("ordered: lease ran out while renewals failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
+			cancel(ErrLeaseLost)
+			return
+		default:
 			// The next beat tries again; the database decides whether the lease still holds.
 			w.log.Warn("ordered: lease renewal failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
 		}

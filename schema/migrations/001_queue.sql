@@ -5,11 +5,13 @@
 -- so a key's backlog never appears in the claim index (ordered_jobs_ready holds at most one row
 -- per key). The claim still re-checks the rule with a NOT EXISTS guard on ordered_jobs_open.
 --
--- Heads are maintained by ordered_heads_refresh, always with the key row locked first:
--- enqueuers lock it FOR NO KEY UPDATE (by updating seq_max) until they commit, and completers,
--- failers and admin operations lock it FOR SHARE before they touch a job. That serialises every
--- change of a key's head with the enqueues of that key, so a head is never computed from a
--- snapshot that misses an in-flight enqueue. Claims never touch the key row.
+-- Heads are maintained by ordered_heads_refresh, always with the key row locked first, and
+-- every change of a key's head writes a new version of its key row: enqueuers update seq_max,
+-- and completers, failers and admin operations bump head_version (ordered_job_lock_key). The
+-- row locks serialise every change of a key's head with the enqueues of that key, so a head is
+-- never computed from a snapshot that misses an in-flight enqueue; the new versions make a
+-- REPEATABLE READ or SERIALIZABLE caller whose snapshot predates such a change fail with a
+-- serialization error instead of computing heads from it. Claims never touch the key row.
 
 CREATE TABLE ordered_keys (
     key          text        PRIMARY KEY,
@@ -17,6 +19,8 @@ CREATE TABLE ordered_keys (
     seq_max      bigint      NOT NULL,
     -- highest seq whose job was archived; an event at or below it is late
     archived_seq bigint      NOT NULL DEFAULT -1,
+    -- bumped by every completion, failure, replay and skip of the key's jobs (see above)
+    head_version bigint      NOT NULL DEFAULT 0,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 
@@ -116,7 +120,10 @@ BEGIN
       AND j.head
       AND j.status <> 'running';
 
-    -- A fresh snapshot: sees a claim that committed while the update above waited for its row.
+    -- A fresh snapshot (READ COMMITTED): sees a claim that committed while the update above
+    -- waited for its row. The claim's own NOT EXISTS guard is not re-checked against newer
+    -- data; what keeps it from taking a demoted head is that the head's row stays locked by
+    -- the update above until this transaction commits, and then carries head = false.
     SELECT k.key, h.seq AS later_seq, lowest.seq INTO v_late
     FROM unnest(p_keys) AS k(key)
     CROSS JOIN LATERAL (
@@ -178,9 +185,9 @@ BEGIN
         FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e(v, ord)
         ORDER BY e.ord);
 
-    -- Lock the keys in a fixed order (no deadlocks between batches). An update rather than a
-    -- bare lock, so that a REPEATABLE READ or SERIALIZABLE caller gets a serialization error
-    -- instead of computing heads from a stale snapshot.
+    -- Lock the keys in a fixed order (no deadlocks between batches). It must always write the
+    -- row, never only lock it: that is what makes a REPEATABLE READ or SERIALIZABLE caller with
+    -- a stale snapshot fail with a serialization error instead of computing heads from it.
     INSERT INTO ordered_keys AS k (key, seq_max)
     SELECT b.key, max(b.seq) FROM unnest(v_events) AS b GROUP BY b.key ORDER BY b.key
     ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max);
@@ -251,21 +258,17 @@ END
 $$;
 
 -- ordered_job_lock_key locks the key row of a job before the job row is touched (key, then job:
--- the same order as enqueue, so the two never deadlock) and returns the job's key and seq.
--- p_exclusive takes the lock that admin operations need; completers and failers share it.
-CREATE FUNCTION ordered_job_lock_key(p_id bigint, p_exclusive boolean,
-                                     OUT o_key text, OUT o_seq bigint)
+-- the same order as enqueue, so the two never deadlock) and returns the job's key and seq. It
+-- writes the row rather than only locking it, so that a REPEATABLE READ caller whose snapshot
+-- predates an enqueue of the key gets a serialization error (see the top of this file).
+CREATE FUNCTION ordered_job_lock_key(p_id bigint, OUT o_key text, OUT o_seq bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
     SELECT j.key, j.seq INTO o_key, o_seq FROM ordered_jobs AS j WHERE j.id = p_id;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF p_exclusive THEN
-        PERFORM 1 FROM ordered_keys AS k WHERE k.key = o_key FOR NO KEY UPDATE;
-    ELSE
-        PERFORM 1 FROM ordered_keys AS k WHERE k.key = o_key FOR SHARE;
-    END IF;
+    UPDATE ordered_keys SET head_version = head_version + 1 WHERE key = o_key;
 END
 $$;
 
@@ -277,7 +280,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_key text;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id);
     IF v_key IS NULL THEN
         RETURN false;
     END IF;
@@ -303,7 +306,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_key text;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id);
     IF v_key IS NULL THEN
         RETURN false;
     END IF;
@@ -334,7 +337,7 @@ DECLARE
     v_key text;
     v_seq bigint;
 BEGIN
-    SELECT o_key, o_seq INTO v_key, v_seq FROM ordered_job_lock_key(p_id, true);
+    SELECT o_key, o_seq INTO v_key, v_seq FROM ordered_job_lock_key(p_id);
     IF NOT EXISTS (SELECT 1 FROM ordered_jobs
                    WHERE id = p_id AND status IN ('failed', 'blocked')) THEN
         RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
@@ -371,7 +374,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_key text;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, true);
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id);
     IF NOT EXISTS (SELECT 1 FROM ordered_jobs
                    WHERE id = p_id AND status IN ('failed', 'blocked')) THEN
         RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
@@ -382,5 +385,39 @@ BEGIN
         PERFORM ordered_heads_refresh(ARRAY[v_key]);
         PERFORM pg_notify('ordered_jobs', current_schema());
     END IF;
+END
+$$;
+
+-- ordered_archive deletes up to p_limit done jobs finished more than p_older_than ago, oldest
+-- first, and records in their keys the highest seq archived, so an event at or below it is
+-- still recognised as late. Jobs locked by another archiver are skipped, and key rows are
+-- locked in key order, as enqueue locks them, so archivers and enqueuers never deadlock. It
+-- returns how many jobs it deleted.
+CREATE FUNCTION ordered_archive(p_older_than interval, p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    SELECT array_agg(d.id) INTO v_ids FROM (
+        SELECT j.id FROM ordered_jobs AS j
+        WHERE j.status = 'done' AND j.finished_at < statement_timestamp() - p_older_than
+        ORDER BY j.finished_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED) AS d;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM ordered_keys AS k
+    WHERE k.key IN (SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (v_ids))
+    ORDER BY k.key
+    FOR NO KEY UPDATE;
+    WITH deleted AS (
+        DELETE FROM ordered_jobs AS j WHERE j.id = ANY (v_ids) RETURNING j.key, j.seq
+    )
+    UPDATE ordered_keys AS k
+    SET archived_seq = greatest(k.archived_seq, d.seq)
+    FROM (SELECT key, max(seq) AS seq FROM deleted GROUP BY key) AS d
+    WHERE k.key = d.key;
+    RETURN cardinality(v_ids);
 END
 $$;
