@@ -36,7 +36,7 @@ func TestEnqueueTxRepeatableReadAfterCompletion(t *testing.T) {
 
 			tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: iso})
 			require.NoError(t, err)
-			defer tx.Rollback(b.ctx) //nolint:errcheck
+			defer tx.Rollback(b.ctx)                              //nolint:errcheck
 			_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs`) // takes the snapshot
 			require.NoError(t, err)
 
