@@ -241,9 +241,15 @@ BEGIN
         PERFORM ordered_heads_refresh(v_keys);
     END IF;
 
-    -- One wake-up per batch, delivered at commit; the payload lets listeners of other schemas
-    -- in the same database ignore it.
-    IF v_keys IS NOT NULL THEN
+    -- One wake-up per batch, delivered at commit, and only if the batch made a job claimable
+    -- now: a job queued behind an open one is started by whoever finishes that one, and a
+    -- NOTIFY serialises commits (a global lock at commit), so appends to busy keys skip it.
+    -- The payload lets listeners of other schemas in the same database ignore it.
+    IF v_keys IS NOT NULL AND EXISTS (
+            SELECT 1 FROM unnest(v_events) AS b
+            JOIN ordered_jobs AS j ON j.seq = b.seq AND j.key = b.key
+            WHERE b.existing_id IS NULL AND j.head AND j.status = 'queued'
+              AND j.available_at <= statement_timestamp()) THEN
         PERFORM pg_notify('ordered_jobs', current_schema());
     END IF;
 

@@ -35,19 +35,17 @@ WITH recovered AS (
     ORDER BY j.available_at, j.id
     LIMIT greatest($1 - (SELECT count(*) FROM recovered), 0)
     FOR UPDATE SKIP LOCKED
-), candidate AS (
-    SELECT id, true AS recovered FROM recovered
-    UNION ALL
-    SELECT id, false AS recovered FROM ready
 )
+-- The candidates are handed over as an array, so the update finds them through the primary
+-- key whatever the planner guesses of their number (a join here was planned as a hash join
+-- over a sequential scan of the whole table).
 UPDATE ordered_jobs AS j
 SET status = 'running',
     attempts = j.attempts + 1,
     claim_version = j.claim_version + 1,
     lease_until = statement_timestamp() + $2::interval,
     attempted_at = statement_timestamp()
-FROM candidate
-WHERE j.id = candidate.id
+WHERE j.id = ANY (ARRAY(SELECT id FROM recovered UNION ALL SELECT id FROM ready))
 RETURNING j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts, j.claim_version,
           j.lease_until, j.created_at, j.available_at, j.attempted_at, j.last_error,
-          candidate.recovered;
+          j.id = ANY (ARRAY(SELECT id FROM recovered)) AS recovered;
