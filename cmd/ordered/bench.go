@@ -47,7 +47,7 @@ var benchFull = benchSizes{
 	bulk:        100_000,
 	singleTime:  5 * time.Second,
 	wakeSamples: 100,
-	churn:       5 * time.Minute, churnRate: 1_000,
+	churn:       5 * time.Minute, churnRate: 500,
 	concurrency: []int{8, 64},
 }
 

@@ -8,14 +8,12 @@ import (
 	"github.com/orderedq/ordered/ordered"
 )
 
-// demoPayload is what a demo event carries. FailAttempts makes the handler fail that many
-// attempts first (a flaky upstream); Poison makes it fail for good.
+// demoPayload is what a demo event carries; its script makes some events flaky and one poison.
 type demoPayload struct {
-	Customer     string `json:"customer"`
-	Event        string `json:"event"`
-	AmountCents  int    `json:"amount_cents,omitempty"`
-	FailAttempts int    `json:"fail_attempts,omitempty"`
-	Poison       bool   `json:"poison,omitempty"`
+	Customer    string `json:"customer"`
+	Event       string `json:"event"`
+	AmountCents int    `json:"amount_cents,omitempty"`
+	script
 }
 
 // demoLifecycle is the event sequence of one customer's order, repeated.

@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,23 +55,10 @@ func (a *app) demoWorkerCmd() *cobra.Command {
 	return cmd
 }
 
-// demoHandle is the demo's business logic: a little work, flaky events fail their first
-// attempts, the poison event can never succeed, and the effect is one row.
+// demoHandle is the demo's business logic: the event's script, then one effect row.
 func demoHandle(ctx context.Context, tx pgx.Tx, job *ordered.Job, worker string) error {
-	var p demoPayload
-	if err := json.Unmarshal(job.Payload, &p); err != nil {
-		return ordered.Permanent(fmt.Errorf("payload: %w", err))
-	}
-	if p.Poison {
-		return ordered.Permanent(errors.New("invoice total is negative"))
-	}
-	if job.Attempt <= p.FailAttempts {
-		return errors.New("payment provider timed out (simulated)")
-	}
-	select {
-	case <-time.After(time.Duration(2+rand.IntN(6)) * time.Millisecond):
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	if err := playScript(ctx, job, 5*time.Millisecond); err != nil {
+		return err
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO demo_effects (key, seq, attempt, worker) VALUES ($1, $2, $3, $4)`,
 		job.Key, job.Seq, job.Attempt, worker)

@@ -43,12 +43,6 @@ CREATE TABLE verify_effects (
     claim_version bigint      NOT NULL
 )`
 
-// verifyPayload drives the verify handler: FailAttempts fail first, Poison fails for good.
-type verifyPayload struct {
-	FailAttempts int  `json:"fail_attempts,omitempty"`
-	Poison       bool `json:"poison,omitempty"`
-}
-
 type verifyOpts struct {
 	keys, perKey, processes, workers int
 	lease, work                      time.Duration
@@ -208,12 +202,12 @@ func (a *app) verifyRun(ctx context.Context, cluster *pgcluster.Cluster, o verif
 	for k := range o.keys {
 		key := fmt.Sprintf("key-%03d", k)
 		for s := range o.perKey {
-			p := verifyPayload{}
+			p := script{}
 			if rng.IntN(100) < 5 {
 				p.FailAttempts = 1
 			}
 			if k == o.keys/2 && s == o.perKey/3 {
-				p = verifyPayload{Poison: true}
+				p = script{Poison: true}
 				expected = append(expected, history.ID{Key: key, Seq: int64(s)})
 			}
 			body, _ := json.Marshal(p)

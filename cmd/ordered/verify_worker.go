@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"time"
 
@@ -89,25 +85,10 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 	return cmd
 }
 
-// verifyAttempt records the attempt's start, does a little work and fails as the payload says.
+// verifyAttempt records the attempt's start, then plays the event's script.
 func verifyAttempt(ctx context.Context, pool *pgxpool.Pool, job *ordered.Job, pid int, work time.Duration) error {
 	if _, err := pool.Exec(ctx, verifyStartSQL, job.Key, job.Seq, job.ClaimVersion, pid); err != nil {
 		return err
 	}
-	var p verifyPayload
-	if err := json.Unmarshal(job.Payload, &p); err != nil {
-		return ordered.Permanent(fmt.Errorf("payload: %w", err))
-	}
-	if p.Poison {
-		return ordered.Permanent(errors.New("poison event"))
-	}
-	if job.Attempt <= p.FailAttempts {
-		return errors.New("flaky dependency (simulated)")
-	}
-	select {
-	case <-time.After(work/2 + rand.N(work+1)):
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return playScript(ctx, job, work)
 }
