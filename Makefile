@@ -18,7 +18,11 @@ demo: ## Run the main job on the embedded default event stream.
 	$(WITH_PG) $(GO) run ./cmd/ordered demo
 
 .PHONY: bench
-bench: ## Run the Go benchmarks of the claim, complete and enqueue paths.
+bench: ## Run the benchmark suite (ordered bench; about 15 minutes).
+	$(WITH_PG) $(GO) run ./cmd/ordered bench
+
+.PHONY: gobench
+gobench: ## Run the Go benchmarks of the enqueue and claim+complete paths (for benchstat).
 	$(WITH_PG) $(GO) test -run '^$$' -bench . -benchmem ./ordered/
 
 .PHONY: verify

@@ -552,6 +552,14 @@ func (b *bench) benchChurn(ctx context.Context) error {
 			_, _ = q.client.EnqueueMany(ctx2, batch)
 		}
 	}()
+	var autovacuum string
+	if err := q.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')`).Scan(&autovacuum); err != nil {
+		return err
+	}
+	vacuumNote := ""
+	if autovacuum != "on" {
+		vacuumNote = "; autovacuum is off on this server: nothing reclaims dead tuples"
+	}
 	windows := 5
 	window := s.churn / time.Duration(windows)
 	prev := histogramOf(reg, "ordered_claim_duration_seconds")
@@ -568,7 +576,7 @@ func (b *bench) benchChurn(ctx context.Context) error {
 		at := time.Duration(i) * window
 		b.add(fmt.Sprintf("churn %s at %d/s: claim p99 (bucket bound)", at.Round(time.Second), s.churnRate),
 			bucketQuantile(prev, cur, 0.99)*1000, "ms", false,
-			fmt.Sprintf("dead tuples %d, live %d, table+indexes %.1f MB", dead, live, float64(size)/(1<<20)))
+			fmt.Sprintf("dead tuples %d, live %d, table+indexes %.1f MB%s", dead, live, float64(size)/(1<<20), vacuumNote))
 		prev = cur
 	}
 	return nil
