@@ -621,8 +621,8 @@ func TestProcessPausedPastLeaseIsFenced(t *testing.T) {
 		b := setup(t, nil)
 		createEffectsTable(t, b.ctx, b.pool)
 		ids := b.enqueue(t, "k", 1, 2)
-		// Completions write the key's row: holding it FOR UPDATE holds them at the database.
-		// Claims and lease renewals do not touch it.
+		// Completions take the key's row FOR SHARE: holding it FOR UPDATE holds them at the
+		// database. Claims and lease renewals do not touch it.
 		lock, err := b.pool.Begin(b.ctx)
 		require.NoError(t, err)
 		defer func() { _ = lock.Rollback(b.ctx) }()

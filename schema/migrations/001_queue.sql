@@ -5,13 +5,18 @@
 -- so a key's backlog never appears in the claim index (ordered_jobs_ready holds at most one row
 -- per key). The claim still re-checks the rule with a NOT EXISTS guard on ordered_jobs_open.
 --
--- Heads are maintained by ordered_heads_refresh, always with the key row locked first, and
--- every change of a key's head writes a new version of its key row: enqueuers update seq_max,
--- and completers, failers and admin operations bump head_version (ordered_job_lock_key). The
--- row locks serialise every change of a key's head with the enqueues of that key, so a head is
--- never computed from a snapshot that misses an in-flight enqueue; the new versions make a
--- REPEATABLE READ or SERIALIZABLE caller whose snapshot predates such a change fail with a
--- serialization error instead of computing heads from it. Claims never touch the key row.
+-- Heads are maintained by ordered_heads_refresh, always with the key row locked first:
+-- enqueuers lock it by updating seq_max, held until they commit; completers and failers lock
+-- it FOR SHARE (they never wait for each other: a stalled worker's open transaction cannot hold
+-- up the key's next completion), admin operations and archival FOR NO KEY UPDATE. That
+-- serialises every change of a key's head with the enqueues of that key, so in READ COMMITTED
+-- a head is never computed from a snapshot that misses an in-flight enqueue.
+--
+-- A REPEATABLE READ or SERIALIZABLE caller keeps one snapshot, so it must fail rather than use
+-- a stale one: a completer's FOR SHARE on a key row an enqueue updated after its snapshot
+-- raises a serialization error, and an enqueuer in such a transaction locks the heads of its
+-- keys as its snapshot sees them (FOR SHARE), which raises one if a head changed since.
+-- Claims never touch the key row.
 
 CREATE TABLE ordered_keys (
     key          text        PRIMARY KEY,
@@ -19,8 +24,6 @@ CREATE TABLE ordered_keys (
     seq_max      bigint      NOT NULL,
     -- highest seq whose job was archived; an event at or below it is late
     archived_seq bigint      NOT NULL DEFAULT -1,
-    -- bumped by every completion, failure, replay and skip of the key's jobs (see above)
-    head_version bigint      NOT NULL DEFAULT 0,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 
@@ -192,7 +195,15 @@ BEGIN
     SELECT b.key, max(b.seq) FROM unnest(v_events) AS b GROUP BY b.key ORDER BY b.key
     ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max);
 
-    -- From here on every statement sees all committed jobs of these keys.
+    -- A caller that keeps one snapshot must not compute heads from a stale one: lock the heads
+    -- its snapshot sees, which raises a serialization error if any changed since.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM 1 FROM ordered_jobs AS j
+        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(v_events) AS b)
+        FOR SHARE OF j;
+    END IF;
+
+    -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
     v_events := ARRAY(
         SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts, j.id)::ordered_event
         FROM unnest(v_events) AS b
@@ -264,17 +275,21 @@ END
 $$;
 
 -- ordered_job_lock_key locks the key row of a job before the job row is touched (key, then job:
--- the same order as enqueue, so the two never deadlock) and returns the job's key and seq. It
--- writes the row rather than only locking it, so that a REPEATABLE READ caller whose snapshot
--- predates an enqueue of the key gets a serialization error (see the top of this file).
-CREATE FUNCTION ordered_job_lock_key(p_id bigint, OUT o_key text, OUT o_seq bigint)
+-- the same order as enqueue, so the two never deadlock) and returns the job's key and seq.
+-- p_exclusive takes the lock that admin operations need; completers and failers share it.
+CREATE FUNCTION ordered_job_lock_key(p_id bigint, p_exclusive boolean,
+                                     OUT o_key text, OUT o_seq bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
     SELECT j.key, j.seq INTO o_key, o_seq FROM ordered_jobs AS j WHERE j.id = p_id;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    UPDATE ordered_keys SET head_version = head_version + 1 WHERE key = o_key;
+    IF p_exclusive THEN
+        PERFORM 1 FROM ordered_keys AS k WHERE k.key = o_key FOR NO KEY UPDATE;
+    ELSE
+        PERFORM 1 FROM ordered_keys AS k WHERE k.key = o_key FOR SHARE;
+    END IF;
 END
 $$;
 
@@ -286,7 +301,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_key text;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id);
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
     IF v_key IS NULL THEN
         RETURN false;
     END IF;
@@ -312,7 +327,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_key text;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id);
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
     IF v_key IS NULL THEN
         RETURN false;
     END IF;
@@ -343,7 +358,7 @@ DECLARE
     v_key text;
     v_seq bigint;
 BEGIN
-    SELECT o_key, o_seq INTO v_key, v_seq FROM ordered_job_lock_key(p_id);
+    SELECT o_key, o_seq INTO v_key, v_seq FROM ordered_job_lock_key(p_id, true);
     IF NOT EXISTS (SELECT 1 FROM ordered_jobs
                    WHERE id = p_id AND status IN ('failed', 'blocked')) THEN
         RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
@@ -380,7 +395,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_key text;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id);
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, true);
     IF NOT EXISTS (SELECT 1 FROM ordered_jobs
                    WHERE id = p_id AND status IN ('failed', 'blocked')) THEN
         RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
