@@ -394,3 +394,40 @@ func TestWorkerMaxAttemptsCapsJobs(t *testing.T) {
 	_, third := attempts.Load(3)
 	require.False(t, third)
 }
+
+// A completion that waits for an open enqueue of its key keeps its lease meanwhile (the
+// heartbeat runs until the outcome is settled), so the job is not run again.
+func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	id := b.enqueue(t, "k", 1)[0]
+
+	// An enqueue of the same key stays open: the completion must wait for it.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	_, err = c.EnqueueTx(b.ctx, tx, ordered.Event{Key: "k", Seq: 2})
+	require.NoError(t, err)
+
+	var runs sync.Map
+	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		runs.Store(j.Attempt, j.Seq)
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: 50 * time.Millisecond})
+	waitFor(t, 10*time.Second, "the completion waiting for the key", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_job_complete%'`).Scan(&n))
+		return n > 0
+	})
+	time.Sleep(1500 * time.Millisecond) // well past the 600 ms lease: what is under test is that it stays renewed
+	require.NoError(t, tx.Commit(b.ctx))
+
+	waitFor(t, 10*time.Second, "k/1 done", func() bool { return b.jobStatus(t, id) == "done" })
+	var attempts int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, id).Scan(&attempts))
+	require.Equal(t, 1, attempts, "the job was run again: its lease lapsed while its completion waited")
+	_, again := runs.Load(2)
+	require.False(t, again)
+}
