@@ -29,7 +29,17 @@ func TestMigrateConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	_, err = admin.Exec(ctx, "CREATE SCHEMA "+ident)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+ident+" CASCADE") })
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), orderedtest.DatabaseURL())
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+ident+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
 
 	migrations, err := schema.Migrations()
 	require.NoError(t, err)
