@@ -164,3 +164,48 @@ func TestClaimGuardAppliesToReadyAndRecoveredJobs(t *testing.T) {
 	require.NoError(t, err)
 	b.claimNone(t, b.client)
 }
+
+// CompleteMany completes the current claims in one statement, reports the stale ones as lost
+// without touching them, and hands each completed key to its next job.
+func TestCompleteManySettlesCurrentClaimsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a1 := b.enqueue(t, "a", 1, 2)[0]
+	b.enqueue(t, "b", 1, 2)
+	b.enqueue(t, "c", 1)
+	jobs, err := b.client.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"a/1", "b/1", "c/1"}, describe(jobs))
+
+	// a/1's claim goes stale: its lease expires and another claim takes it.
+	var stale *ordered.Job
+	for _, j := range jobs {
+		if j.ID == a1 {
+			stale = j
+		}
+	}
+	b.expireLease(t, a1)
+	retaken := b.claimOne(t, b.client)
+	require.Equal(t, a1, retaken.ID)
+
+	lost, err := b.client.CompleteMany(b.ctx, jobs)
+	require.NoError(t, err)
+	require.Equal(t, []*ordered.Job{stale}, lost)
+	require.Equal(t, "running", b.jobStatus(t, a1), "a lost claim changes nothing")
+
+	next, err := b.client.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"b/2"}, describe(next), "b moved on; a is still running; c is drained")
+
+	lost, err = b.client.CompleteMany(b.ctx, []*ordered.Job{retaken, next[0]})
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	require.Equal(t, []string{"a/2"}, describe(b.claimAll(t)))
+}
+
+func (b *testBundle) claimAll(t *testing.T) []*ordered.Job {
+	t.Helper()
+	jobs, err := b.client.Claim(b.ctx, 100)
+	require.NoError(t, err)
+	return jobs
+}

@@ -85,6 +85,11 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ordered: claim: %w", err)
 	}
+	return claimedJobs(rows, sent), nil
+}
+
+// claimedJobs turns claimed rows into Jobs; sent is when the claim was sent.
+func claimedJobs(rows []store.ClaimedJob, sent time.Time) []*Job {
 	jobs := make([]*Job, len(rows))
 	for i, r := range rows {
 		jobs[i] = &Job{
@@ -97,7 +102,7 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 			jobs[i].LastError = *r.LastError
 		}
 	}
-	return jobs, nil
+	return jobs
 }
 
 // Complete marks the job done and hands its key to the next job. ErrLeaseLost: the claim is
@@ -115,14 +120,63 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, job *Job) error {
 }
 
 func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
-	ok, err := store.JobCompleteIfClaimed(ctx, db, job.ID, job.ClaimVersion)
+	done, _, err := store.JobCompleteMany(ctx, db, []int64{job.ID}, []int64{job.ClaimVersion}, 0, 0)
 	if err != nil {
 		return fmt.Errorf("ordered: complete job %d: %w", job.ID, err)
 	}
-	if !ok {
+	if len(done) == 0 {
 		return ErrLeaseLost
 	}
 	return nil
+}
+
+// CompleteMany completes jobs in one statement and one commit, as Complete does each. It
+// returns the jobs whose claims were lost; nothing changed for them.
+func (c *Client) CompleteMany(ctx context.Context, jobs []*Job) (lost []*Job, err error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	ids, versions := claimsOf(jobs)
+	done, _, err := store.JobCompleteMany(ctx, c.pool, ids, versions, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
+	}
+	return lostOf(jobs, done), nil
+}
+
+// completeManyClaimNext is CompleteMany that also claims, in the same statement, up to limit
+// of the jobs the completions made ready: the next jobs of the completed jobs' keys.
+func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit int) (lost, next []*Job, err error) {
+	ids, versions := claimsOf(jobs)
+	sent := time.Now()
+	done, claimed, err := store.JobCompleteMany(ctx, c.pool, ids, versions, limit, c.cfg.Lease)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
+	}
+	return lostOf(jobs, done), claimedJobs(claimed, sent), nil
+}
+
+func claimsOf(jobs []*Job) (ids, versions []int64) {
+	ids, versions = make([]int64, len(jobs)), make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i], versions[i] = j.ID, j.ClaimVersion
+	}
+	return ids, versions
+}
+
+// lostOf returns the jobs whose ids are not in done.
+func lostOf(jobs []*Job, done []int64) []*Job {
+	completed := make(map[int64]bool, len(done))
+	for _, id := range done {
+		completed[id] = true
+	}
+	var lost []*Job
+	for _, j := range jobs {
+		if !completed[j.ID] {
+			lost = append(lost, j)
+		}
+	}
+	return lost
 }
 
 // Renew extends the job's lease to Config.Lease from now and returns the new expiry.

@@ -10,15 +10,16 @@ import (
 // metrics are a worker's Prometheus collectors. Keys are never labels: their number is
 // unbounded.
 type metrics struct {
-	claims           prometheus.Counter
-	completions      prometheus.Counter
-	retries          prometheus.Counter
-	failures         *prometheus.CounterVec
-	expiredRecovered prometheus.Counter
-	lostOwnership    prometheus.Counter
-	jobDuration      prometheus.Histogram
-	claimDuration    prometheus.Histogram
-	enqueueToStart   prometheus.Histogram
+	claims             prometheus.Counter
+	completions        prometheus.Counter
+	retries            prometheus.Counter
+	failures           *prometheus.CounterVec
+	expiredRecovered   prometheus.Counter
+	lostOwnership      prometheus.Counter
+	jobDuration        prometheus.Histogram
+	claimDuration      prometheus.Histogram
+	completionDuration prometheus.Histogram
+	enqueueToStart     prometheus.Histogram
 
 	jobs          *prometheus.GaugeVec
 	oldestReady   prometheus.Gauge
@@ -56,6 +57,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		claimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordered_claim_duration_seconds", Help: "Claim statement round trip.", Buckets: latencyBuckets,
 		}),
+		completionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ordered_completion_duration_seconds", Help: "From a handler's return to its job's completion committed (batched completions wait for the batch in flight).", Buckets: latencyBuckets,
+		}),
 		enqueueToStart: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordered_enqueue_to_start_seconds", Help: "From enqueue to the first attempt's claim, by the database clock.", Buckets: latencyBuckets,
 		}),
@@ -84,6 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.lostOwnership = register(reg, m.lostOwnership, &err)
 	m.jobDuration = register(reg, m.jobDuration, &err)
 	m.claimDuration = register(reg, m.claimDuration, &err)
+	m.completionDuration = register(reg, m.completionDuration, &err)
 	m.enqueueToStart = register(reg, m.enqueueToStart, &err)
 	m.jobs = register(reg, m.jobs, &err)
 	m.oldestReady = register(reg, m.oldestReady, &err)

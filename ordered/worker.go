@@ -80,11 +80,13 @@ type Worker struct {
 
 	startOnce   sync.Once
 	stopOnce    sync.Once
+	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
 	workCtx     context.Context
 	workCancel  context.CancelCauseFunc
 	loops       conc.WaitGroup
 	jobs        *pool.Pool
+	completer   *completer
 	stopped     chan struct{}
 }
 
@@ -137,14 +139,15 @@ func (w *Worker) Start(ctx context.Context) error {
 			return
 		}
 		base := context.WithoutCancel(ctx)
-		var fetchCtx context.Context
-		fetchCtx, w.fetchCancel = context.WithCancel(base)
+		w.fetchCtx, w.fetchCancel = context.WithCancel(base)
 		w.workCtx, w.workCancel = context.WithCancelCause(base)
 		w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers)
-		w.loops.Go(func() { w.fetchLoop(fetchCtx) })
-		w.loops.Go(func() { w.maintenanceLoop(fetchCtx) })
+		w.completer = newCompleter(w)
+		go w.completer.run()
+		w.loops.Go(func() { w.fetchLoop(w.fetchCtx) })
+		w.loops.Go(func() { w.maintenanceLoop(w.fetchCtx) })
 		if !w.cfg.PollOnly {
-			w.loops.Go(func() { w.listenLoop(fetchCtx) })
+			w.loops.Go(func() { w.listenLoop(w.fetchCtx) })
 		}
 	})
 	if !started {
@@ -169,6 +172,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		go func() {
 			w.loops.Wait()
 			w.jobs.Wait()
+			w.completer.stop()
 			w.workCancel(nil)
 			close(w.stopped)
 		}()
@@ -192,6 +196,9 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 
 // Stopped is closed when the worker has stopped and every job it ran is settled.
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// fetching reports whether the worker still takes new jobs (it has not been asked to stop).
+func (w *Worker) fetching() bool { return w.fetchCtx.Err() == nil }
 
 // signal wakes the fetch loop without blocking.
 func (w *Worker) signal() {
@@ -252,28 +259,42 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 		return 0, err
 	}
 	for _, job := range jobs {
-		if w.cfg.MaxAttempts > 0 && job.MaxAttempts > w.cfg.MaxAttempts {
-			job.MaxAttempts = w.cfg.MaxAttempts
-		}
-		w.metrics.claims.Inc()
-		if job.recovered {
-			w.metrics.expiredRecovered.Inc()
-		}
-		if job.Attempt == 1 {
-			w.metrics.enqueueToStart.Observe(job.AttemptedAt.Sub(job.CreatedAt).Seconds())
-		}
 		w.running.Add(1)
-		w.jobs.Go(func() { w.execute(job) })
+		w.jobs.Go(func() { w.run(job) })
 	}
 	return len(jobs), nil
 }
 
-// execute runs one claimed job: handler, heartbeat, then its outcome.
-func (w *Worker) execute(job *Job) {
+// accept applies this worker's attempt cap to a job it claimed, and counts the claim.
+func (w *Worker) accept(job *Job) {
+	if w.cfg.MaxAttempts > 0 && job.MaxAttempts > w.cfg.MaxAttempts {
+		job.MaxAttempts = w.cfg.MaxAttempts
+	}
+	w.metrics.claims.Inc()
+	if job.recovered {
+		w.metrics.expiredRecovered.Inc()
+	}
+	if job.Attempt == 1 {
+		w.metrics.enqueueToStart.Observe(job.AttemptedAt.Sub(job.CreatedAt).Seconds())
+	}
+}
+
+// run holds one of the worker's slots: it executes job, then the next jobs of its key that
+// the completions claimed for this slot.
+func (w *Worker) run(job *Job) {
 	defer func() {
 		w.running.Add(-1)
 		w.signal() // a slot is free, and the key's next job may be ready
 	}()
+	for job != nil {
+		w.accept(job)
+		job = w.execute(job)
+	}
+}
+
+// execute runs one claimed job: handler, heartbeat, then its outcome. It returns the key's
+// next job if the completion claimed it.
+func (w *Worker) execute(job *Job) (next *Job) {
 	ctx, cancel := context.WithCancelCause(w.workCtx)
 	defer cancel(nil)
 
@@ -282,7 +303,7 @@ func (w *Worker) execute(job *Job) {
 		settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancelSettle()
 		w.settle(settleCtx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
-		return
+		return nil
 	}
 
 	// The heartbeat runs until the outcome is settled: a completion that waits for the key
@@ -303,15 +324,31 @@ func (w *Worker) execute(job *Job) {
 		// Committed with the handler's transaction; a heartbeat that ran after the commit may
 		// have found the job done and cancelled ctx, which changes nothing.
 		w.metrics.completions.Inc()
-		return
+		return nil
 	}
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
 		w.lostOwnership(job, err)
-		return
+		return nil
+	}
+	if err == nil {
+		returned := time.Now()
+		r := w.completer.complete(job)
+		w.metrics.completionDuration.Observe(time.Since(returned).Seconds())
+		switch {
+		case r.err == nil:
+			w.metrics.completions.Inc()
+		case errors.Is(r.err, ErrLeaseLost):
+			w.lostOwnership(job, nil)
+		default:
+			// The lease will expire and another claim will take the job again.
+			w.log.Error("ordered: could not complete job", slogJob(job.ID, job.Key, job.Seq), "error", r.err)
+		}
+		return r.next
 	}
 	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancelSettle()
 	w.settle(settleCtx, job, err)
+	return nil
 }
 
 // heartbeat renews the job's lease until done. A lost claim cancels the handler; so does a
@@ -350,16 +387,12 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
+// settle records a failed attempt (herr is not nil): a retry, or a failure for good.
 func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	var outcome Outcome
 	var err error
 	var retryAfter *retryAfterError
 	switch {
-	case herr == nil:
-		if err = w.client.Complete(ctx, job); err == nil {
-			w.metrics.completions.Inc()
-			return
-		}
 	case IsPermanent(herr):
 		outcome, err = w.client.Fail(ctx, job, herr)
 	case errors.As(herr, &retryAfter):

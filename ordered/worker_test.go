@@ -418,7 +418,7 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 	waitFor(t, 10*time.Second, "the completion waiting for the key", func() bool {
 		var n int
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_job_complete%'`).Scan(&n))
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_jobs_complete%'`).Scan(&n))
 		return n > 0
 	})
 	time.Sleep(1500 * time.Millisecond) // well past the 600 ms lease: what is under test is that it stays renewed
@@ -430,4 +430,62 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 	require.Equal(t, 1, attempts, "the job was run again: its lease lapsed while its completion waited")
 	_, again := runs.Load(2)
 	require.False(t, again)
+}
+
+// A worker goes on with a key without a claim of its own: each completion claims, in the same
+// statement, the job it made ready, for the slot it freed. Order holds, and a key's backlog
+// drains with about one statement per job.
+func TestWorkerCompletionClaimsKeysNextJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const n = 30
+	seqs := make([]int64, n)
+	for i := range seqs {
+		seqs[i] = int64(i + 1)
+	}
+	b.enqueue(t, "k", seqs...)
+	var mu sync.Mutex
+	var ran []int64
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, j.Seq)
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour, PollOnly: true, Registerer: reg})
+	waitFor(t, 20*time.Second, "the key drained", func() bool { return b.countStatus(t, "done") == n })
+	mu.Lock()
+	require.Equal(t, seqs, ran)
+	mu.Unlock()
+	require.Equal(t, float64(n), metricValue(t, reg, "ordered_claims_total"))
+	// The first claim and the poll at start-up; every other job was claimed by a completion.
+	require.LessOrEqual(t, metricValue(t, reg, "ordered_claim_duration_seconds"), 2.0)
+}
+
+// A stopping worker claims no next job with its completions: once Stop returns, nothing it
+// claimed is left running.
+func TestWorkerStopLeavesNoNextJobClaimed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2, 3)
+	running := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		once.Do(func() { close(running) })
+		<-release
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	<-running
+	// Stop with a context already done starts the stop (no more fetching) and returns at once.
+	expired, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.ErrorIs(t, w.Stop(expired), context.Canceled)
+	close(release)
+	<-w.Stopped()
+	require.Equal(t, 0, b.countStatus(t, "running"))
+	require.Equal(t, 1, b.countStatus(t, "done"))
+	require.Equal(t, 2, b.countStatus(t, "queued"))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -89,6 +90,7 @@ func (a *app) benchCmd() *cobra.Command {
 		quick    bool
 		asJSON   bool
 		duration time.Duration
+		only     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -118,13 +120,14 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 			if duration > 0 {
 				b.sizes.churn = duration
 			}
-			return b.run(cmd.Context(), asJSON)
+			return b.run(cmd.Context(), asJSON, only)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "small sizes, about a minute (smoke test)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.DurationVar(&duration, "duration", 0, "length of the churn run (default 5m, 4s with --quick)")
+	f.StringSliceVar(&only, "only", nil, "run only these scenarios (the ceiling always runs): "+strings.Join(benchScenarioNames, ","))
 	return cmd
 }
 
@@ -140,8 +143,20 @@ func (b *bench) add(name string, value float64, unit string, rate bool, note str
 	}
 }
 
-func (b *bench) run(ctx context.Context, asJSON bool) error {
+// benchScenarioNames are the scenarios of a run, in order; the ceiling comes first, always.
+var benchScenarioNames = []string{"throughput", "hotkey", "deep", "enqueue", "wakeup", "churn"}
+
+func (b *bench) run(ctx context.Context, asJSON bool, only []string) error {
 	b.jsonOut = asJSON
+	scenarios := map[string]func(context.Context) error{
+		"throughput": b.benchThroughput, "hotkey": b.benchHotKey, "deep": b.benchDeep,
+		"enqueue": b.benchEnqueue, "wakeup": b.benchWakeup, "churn": b.benchChurn,
+	}
+	for _, name := range only {
+		if scenarios[name] == nil {
+			return fmt.Errorf("bench: unknown scenario %q (known: %s)", name, strings.Join(benchScenarioNames, ", "))
+		}
+	}
 	d := &demo{app: b.app}
 	cleanup, err := d.database(ctx)
 	if err != nil {
@@ -150,11 +165,14 @@ func (b *bench) run(ctx context.Context, asJSON bool) error {
 	defer cleanup()
 	b.baseURL = d.baseURL
 
-	steps := []func(context.Context) error{
-		b.benchCeiling, b.benchThroughput, b.benchHotKey, b.benchDeep, b.benchEnqueue, b.benchWakeup, b.benchChurn,
+	if err := b.benchCeiling(ctx); err != nil {
+		return err
 	}
-	for _, step := range steps {
-		if err := step(ctx); err != nil {
+	for _, name := range benchScenarioNames {
+		if len(only) > 0 && !slices.Contains(only, name) {
+			continue
+		}
+		if err := scenarios[name](ctx); err != nil {
 			return err
 		}
 	}

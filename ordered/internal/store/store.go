@@ -26,7 +26,7 @@ func query(name string) string {
 
 var (
 	jobClaimManySQL         = query("job_claim_many.sql")
-	jobCompleteIfClaimedSQL = query("job_complete_if_claimed.sql")
+	jobCompleteManySQL      = query("job_complete_many.sql")
 	jobEnqueueManySQL       = query("job_enqueue_many.sql")
 	jobExhaustedListSQL     = query("job_exhausted_list.sql")
 	jobFailIfClaimedSQL     = query("job_fail_if_claimed.sql")
@@ -77,6 +77,10 @@ func JobClaimMany(ctx context.Context, db DBTX, limit int, lease time.Duration) 
 	if err != nil {
 		return nil, err
 	}
+	return collectClaimed(rows)
+}
+
+func collectClaimed(rows pgx.Rows) ([]ClaimedJob, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedJob, error) {
 		var j ClaimedJob
 		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Attempts, &j.MaxAttempts,
@@ -106,11 +110,37 @@ func JobEnqueueMany(ctx context.Context, db DBTX, batch []byte) ([]EnqueuedJob, 
 	})
 }
 
-// JobCompleteIfClaimed completes the claim (id, version); false if it was lost.
-func JobCompleteIfClaimed(ctx context.Context, db DBTX, id, version int64) (bool, error) {
-	var ok bool
-	err := db.QueryRow(ctx, jobCompleteIfClaimedSQL, id, version).Scan(&ok)
-	return ok, err
+// JobCompleteMany completes the claims (ids[i], versions[i]) and claims up to nextLimit of the
+// jobs that became their keys' heads, leased for lease. It returns the ids it completed (the
+// other claims were lost) and the jobs it claimed.
+func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLimit int,
+	lease time.Duration) (completed []int64, claimed []ClaimedJob, err error) {
+	rows, err := db.Query(ctx, jobCompleteManySQL, ids, versions, nextLimit, lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var done bool
+		var j ClaimedJob
+		var key, kind *string
+		var seq, version *int64
+		var attempts, maxAttempts *int
+		var leaseUntil, createdAt, availableAt, attemptedAt *time.Time
+		if err := rows.Scan(&done, &j.ID, &key, &seq, &kind, &j.Payload, &attempts, &maxAttempts,
+			&version, &leaseUntil, &createdAt, &availableAt, &attemptedAt, &j.LastError); err != nil {
+			return nil, nil, err
+		}
+		if done {
+			completed = append(completed, j.ID)
+			continue
+		}
+		j.Key, j.Seq, j.Kind, j.ClaimVersion = *key, *seq, *kind, *version
+		j.Attempts, j.MaxAttempts = *attempts, *maxAttempts
+		j.LeaseUntil, j.CreatedAt, j.AvailableAt, j.AttemptedAt = *leaseUntil, *createdAt, *availableAt, *attemptedAt
+		claimed = append(claimed, j)
+	}
+	return completed, claimed, rows.Err()
 }
 
 // JobFailParams are the arguments of JobFailIfClaimed.

@@ -1,0 +1,127 @@
+package ordered
+
+import (
+	"context"
+	"sync"
+)
+
+// CompleteBatchMax bounds the jobs one completion statement settles.
+const CompleteBatchMax = 500
+
+// completer settles a worker's successful attempts in batches, like a group commit: the jobs
+// whose handlers return while one batch is in flight go together in the next. There is no
+// timer: an idle worker completes a job at once, a busy one in batches as large as what
+// finished during one round trip. In the same round trip it claims the next job of each key it
+// completed, for the slot that job just freed, while the worker is fetching.
+type completer struct {
+	w       *Worker
+	mu      sync.Mutex
+	pending []completion
+	kick    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+type completion struct {
+	job    *Job
+	result chan completionResult
+}
+
+type completionResult struct {
+	err error
+	// next is the key's next job, claimed for the completed job's slot.
+	next *Job
+}
+
+func newCompleter(w *Worker) *completer {
+	return &completer{w: w, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// complete queues job's completion and waits for its batch. The batch always answers, within
+// settleTimeout of its start.
+func (c *completer) complete(job *Job) completionResult {
+	result := make(chan completionResult, 1)
+	c.mu.Lock()
+	c.pending = append(c.pending, completion{job: job, result: result})
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return <-result
+}
+
+func (c *completer) run() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.kick:
+			c.flush()
+		case <-c.quit:
+			c.flush()
+			return
+		}
+	}
+}
+
+// stop ends run once everything queued is settled.
+func (c *completer) stop() {
+	close(c.quit)
+	<-c.done
+}
+
+// flush settles batches until nothing is pending.
+func (c *completer) flush() {
+	for {
+		c.mu.Lock()
+		n := min(len(c.pending), CompleteBatchMax)
+		batch := make([]completion, n)
+		copy(batch, c.pending)
+		c.pending = append(c.pending[:0], c.pending[n:]...)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		c.settle(batch)
+	}
+}
+
+func (c *completer) settle(batch []completion) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	jobs := make([]*Job, len(batch))
+	for i, b := range batch {
+		jobs[i] = b.job
+	}
+	var lost, next []*Job
+	var err error
+	if c.w.fetching() {
+		lost, next, err = c.w.client.completeManyClaimNext(ctx, jobs, len(jobs))
+	} else {
+		lost, err = c.w.client.CompleteMany(ctx, jobs)
+	}
+	if err != nil {
+		for _, b := range batch {
+			b.result <- completionResult{err: err}
+		}
+		return
+	}
+	isLost := make(map[int64]bool, len(lost))
+	for _, j := range lost {
+		isLost[j.ID] = true
+	}
+	nextOf := make(map[string]*Job, len(next))
+	for _, j := range next {
+		nextOf[j.Key] = j
+	}
+	// A next job goes to the slot of the job whose completion made it ready.
+	for _, b := range batch {
+		if isLost[b.job.ID] {
+			b.result <- completionResult{err: ErrLeaseLost}
+			continue
+		}
+		r := completionResult{next: nextOf[b.job.Key]}
+		delete(nextOf, b.job.Key)
+		b.result <- r
+	}
+}
