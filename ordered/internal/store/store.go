@@ -25,18 +25,18 @@ func query(name string) string {
 }
 
 var (
-	jobClaimManySQL         = query("job_claim_many.sql")
-	jobCompleteManySQL      = query("job_complete_many.sql")
-	jobEnqueueManySQL       = query("job_enqueue_many.sql")
-	jobExhaustedListSQL     = query("job_exhausted_list.sql")
-	jobFailIfClaimedSQL     = query("job_fail_if_claimed.sql")
-	jobFailedListSQL        = query("job_failed_list.sql")
-	jobLeaseExtendSQL       = query("job_lease_extend.sql")
-	jobReleaseForRetrySQL   = query("job_release_for_retry.sql")
-	jobReplaySQL            = query("job_replay.sql")
-	jobSkipSQL              = query("job_skip.sql")
-	keyBlockedListSQL       = query("key_blocked_list.sql")
-	queueStatsSQL           = query("queue_stats.sql")
+	jobClaimManySQL       = query("job_claim_many.sql")
+	jobCompleteManySQL    = query("job_complete_many.sql")
+	jobEnqueueManySQL     = query("job_enqueue_many.sql")
+	jobExhaustedListSQL   = query("job_exhausted_list.sql")
+	jobFailIfClaimedSQL   = query("job_fail_if_claimed.sql")
+	jobFailedListSQL      = query("job_failed_list.sql")
+	jobLeaseExtendSQL     = query("job_lease_extend.sql")
+	jobReleaseForRetrySQL = query("job_release_for_retry.sql")
+	jobReplaySQL          = query("job_replay.sql")
+	jobSkipSQL            = query("job_skip.sql")
+	keyBlockedListSQL     = query("key_blocked_list.sql")
+	queueStatsSQL         = query("queue_stats.sql")
 )
 
 // JobClaimManySQL is the claim statement, exported for plan tests.
