@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +38,9 @@ type benchSizes struct {
 	churn            time.Duration
 	churnRate        int // events/s
 	concurrency      []int
+	// handlers are the throughput runs' handler counts: the concurrency, and more, since a
+	// worker's batches (one commit each) can be no larger than its handlers.
+	handlers []int
 }
 
 var benchFull = benchSizes{
@@ -50,6 +55,7 @@ var benchFull = benchSizes{
 	wakeSamples: 100,
 	churn:       5 * time.Minute, churnRate: 500,
 	concurrency: []int{8, 64},
+	handlers:    []int{8, 64, 1000},
 }
 
 var benchQuick = benchSizes{
@@ -64,6 +70,7 @@ var benchQuick = benchSizes{
 	wakeSamples: 20,
 	churn:       4 * time.Second, churnRate: 500,
 	concurrency: []int{8},
+	handlers:    []int{8, 64},
 }
 
 // benchFigure is one line of the bench table.
@@ -91,6 +98,7 @@ func (a *app) benchCmd() *cobra.Command {
 		asJSON   bool
 		duration time.Duration
 		only     []string
+		profile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -120,6 +128,17 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 			if duration > 0 {
 				b.sizes.churn = duration
 			}
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			return b.run(cmd.Context(), asJSON, only)
 		},
 	}
@@ -127,6 +146,7 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 	f.BoolVar(&quick, "quick", false, "small sizes, about a minute (smoke test)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.DurationVar(&duration, "duration", 0, "length of the churn run (default 5m, 4s with --quick)")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	f.StringSliceVar(&only, "only", nil, "run only these scenarios (the ceiling always runs): "+strings.Join(benchScenarioNames, ","))
 	return cmd
 }
@@ -289,26 +309,29 @@ func (b *bench) benchCeiling(ctx context.Context) error {
 	return nil
 }
 
-// drain runs a worker with a no-op handler until want jobs completed; it returns jobs/s.
-func (b *bench) drain(ctx context.Context, q *benchQueue, handlers, want int) (float64, error) {
+// drain runs a worker with a no-op handler until want jobs completed; it returns jobs/s and
+// the completion latency (handler return to completion committed) p50 and p99 in ms.
+func (b *bench) drain(ctx context.Context, q *benchQueue, handlers, want int) (rate, p50, p99 float64, err error) {
 	reg := prometheus.NewRegistry()
 	w, err := q.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
 		&ordered.WorkerConfig{Workers: handlers, PollInterval: 50 * time.Millisecond, Registerer: reg, Retention: -1})
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	start := time.Now()
 	if err := w.Start(ctx); err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	defer w.StopAndCancel(context.WithoutCancel(ctx)) //nolint:errcheck
 	for counterValue(reg, "ordered_completions_total") < float64(want) {
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, 0, 0, ctx.Err()
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return float64(want) / time.Since(start).Seconds(), nil
+	rate = float64(want) / time.Since(start).Seconds()
+	completions := histogramOf(reg, "ordered_completion_duration_seconds")
+	return rate, bucketQuantile(nil, completions, 0.5) * 1000, bucketQuantile(nil, completions, 0.99) * 1000, nil
 }
 
 func counterValue(reg *prometheus.Registry, name string) float64 {
@@ -348,8 +371,8 @@ func (b *bench) benchThroughput(ctx context.Context) error {
 		{fmt.Sprintf("(c) one key x %d jobs", s.serial), s.serial, 1, "key"},
 	}
 	for _, shape := range shapes {
-		for _, h := range s.concurrency {
-			q, err := b.queue(ctx, int32(h)+8, nil)
+		for _, h := range s.handlers {
+			q, err := b.queue(ctx, int32(min(h, 64)+8), nil)
 			if err != nil {
 				return err
 			}
@@ -357,13 +380,14 @@ func (b *bench) benchThroughput(ctx context.Context) error {
 				q.drop()
 				return err
 			}
-			_, _ = q.pool.Exec(ctx, "ANALYZE ordered_jobs")
-			rate, err := b.drain(ctx, q, h, shape.jobs)
+			_, _ = q.pool.Exec(ctx, "ANALYZE ordered_jobs, ordered_keys")
+			rate, p50, p99, err := b.drain(ctx, q, h, shape.jobs)
 			q.drop()
 			if err != nil {
 				return err
 			}
-			b.add(fmt.Sprintf("throughput %s, %d handlers", shape.name, h), rate, "jobs/s", true, "")
+			b.add(fmt.Sprintf("throughput %s, %d handlers", shape.name, h), rate, "jobs/s", true,
+				fmt.Sprintf("completion latency p50 <= %s ms, p99 <= %s ms", formatValue(p50), formatValue(p99)))
 		}
 	}
 	return nil
@@ -375,7 +399,7 @@ func (b *bench) benchHotKey(ctx context.Context) error {
 	s := b.sizes
 	rates := map[int]float64{}
 	for _, backlog := range []int{s.hotSmall, s.hotBig} {
-		q, err := b.queue(ctx, 24, &ordered.Config{Lease: time.Hour})
+		q, err := b.queue(ctx, 72, &ordered.Config{Lease: time.Hour})
 		if err != nil {
 			return err
 		}
@@ -392,8 +416,8 @@ func (b *bench) benchHotKey(ctx context.Context) error {
 			q.drop()
 			return err
 		}
-		_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs")
-		rate, err := b.drain(ctx, q, 8, s.hotOthers)
+		_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys")
+		rate, _, _, err := b.drain(ctx, q, 64, s.hotOthers)
 		q.drop()
 		if err != nil {
 			return err
@@ -416,7 +440,7 @@ func (b *bench) benchDeep(ctx context.Context) error {
 	if err := load(ctx, q.client, s.deepJobs, s.deepKs, keyName); err != nil {
 		return err
 	}
-	_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs")
+	_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys")
 	var mu sync.Mutex
 	var lat []time.Duration
 	var done atomic.Int64
