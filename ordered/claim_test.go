@@ -209,3 +209,37 @@ func (b *testBundle) claimAll(t *testing.T) []*ordered.Job {
 	require.NoError(t, err)
 	return jobs
 }
+
+// A batch may hold a stale and the current claim of the same job: the current one completes,
+// in either order, and only the stale one is lost.
+func TestCompleteManyMatchesClaimsNotJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ida := b.enqueue(t, "a", 1)[0]
+	idb := b.enqueue(t, "b", 1)[0]
+	first, err := b.client.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, first, 2)
+	b.expireLease(t, ida)
+	b.expireLease(t, idb)
+	again, err := b.client.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	byID := func(jobs []*ordered.Job, id int64) *ordered.Job {
+		for _, j := range jobs {
+			if j.ID == id {
+				return j
+			}
+		}
+		t.Fatalf("job %d not claimed", id)
+		return nil
+	}
+	staleA, currentA := byID(first, ida), byID(again, ida)
+	staleB, currentB := byID(first, idb), byID(again, idb)
+
+	lost, err := b.client.CompleteMany(b.ctx, []*ordered.Job{staleA, currentA, currentB, staleB})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []*ordered.Job{staleA, staleB}, lost)
+	require.Equal(t, "done", b.jobStatus(t, ida))
+	require.Equal(t, "done", b.jobStatus(t, idb))
+}

@@ -58,6 +58,20 @@ func mapDBError(err error) error {
 	return err
 }
 
+// isTransient reports whether err is a failure that the same statement may not meet again:
+// a deadlock, a serialization failure or a lock not available.
+func isTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40P01", "40001", "55P03":
+		return true
+	}
+	return false
+}
+
 // schemaError carries the database's message (which names the job and key) and matches its
 // sentinel with errors.Is.
 type schemaError struct {

@@ -164,19 +164,32 @@ func claimsOf(jobs []*Job) (ids, versions []int64) {
 	return ids, versions
 }
 
-// lostOf returns the jobs whose ids are not in done.
-func lostOf(jobs []*Job, done []int64) []*Job {
-	completed := make(map[int64]bool, len(done))
-	for _, id := range done {
-		completed[id] = true
+// lostOf returns the jobs whose claims are not in done.
+func lostOf(jobs []*Job, done []store.Claim) []*Job {
+	completed := make(map[store.Claim]bool, len(done))
+	for _, c := range done {
+		completed[c] = true
 	}
 	var lost []*Job
 	for _, j := range jobs {
-		if !completed[j.ID] {
+		if !completed[store.Claim{ID: j.ID, Version: j.ClaimVersion}] {
 			lost = append(lost, j)
 		}
 	}
 	return lost
+}
+
+// releaseUnrun gives back a claimed job that was never started, without counting the
+// attempt. ErrLeaseLost: the claim is no longer current.
+func (c *Client) releaseUnrun(ctx context.Context, job *Job) error {
+	ok, err := store.JobReleaseUnrun(ctx, c.pool, job.ID, job.ClaimVersion)
+	if err != nil {
+		return fmt.Errorf("ordered: release job %d: %w", job.ID, err)
+	}
+	if !ok {
+		return ErrLeaseLost
+	}
+	return nil
 }
 
 // Renew extends the job's lease to Config.Lease from now and returns the new expiry.

@@ -295,6 +295,16 @@ func (w *Worker) run(job *Job) {
 // execute runs one claimed job: handler, heartbeat, then its outcome. It returns the key's
 // next job if the completion claimed it.
 func (w *Worker) execute(job *Job) (next *Job) {
+	if w.workCtx.Err() != nil {
+		// StopAndCancel came before the job started (its claim was in flight): give it back
+		// with its attempt not counted, rather than run it with a cancelled context.
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		defer cancel()
+		if err := w.client.releaseUnrun(ctx, job); err != nil && !errors.Is(err, ErrLeaseLost) {
+			w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)
 	defer cancel(nil)
 

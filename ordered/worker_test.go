@@ -489,3 +489,53 @@ func TestWorkerStopLeavesNoNextJobClaimed(t *testing.T) {
 	require.Equal(t, 1, b.countStatus(t, "done"))
 	require.Equal(t, 2, b.countStatus(t, "queued"))
 }
+
+// StopAndCancel while a completion batch is in flight: the next job that batch claimed is
+// given back unstarted, its attempt not counted, instead of run with a cancelled context.
+func TestWorkerStopAndCancelGivesBackClaimedNextJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "k", 1, 2)
+	var mu sync.Mutex
+	var ran []int64
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, j.Seq)
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: time.Hour, PollOnly: true})
+	require.NoError(t, err)
+
+	// Hold the key: k/1's completion (and the claim of k/2 with it) waits at the database.
+	lock, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(b.ctx) //nolint:errcheck
+	_, err = lock.Exec(b.ctx, `SELECT 1 FROM ordered_keys WHERE key = 'k' FOR UPDATE`)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	waitFor(t, 10*time.Second, "the completion waiting for the key", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_jobs_complete%'`).Scan(&n))
+		return n > 0
+	})
+	expired, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.ErrorIs(t, w.StopAndCancel(expired), context.Canceled)
+	require.NoError(t, lock.Rollback(b.ctx))
+	<-w.Stopped()
+
+	mu.Lock()
+	require.Equal(t, []int64{1}, ran)
+	mu.Unlock()
+	require.Equal(t, "done", b.jobStatus(t, ids[0]))
+	var status string
+	var attempts int
+	var attemptedAt *time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts, attempted_at FROM ordered_jobs WHERE id = $1`,
+		ids[1]).Scan(&status, &attempts, &attemptedAt))
+	require.Equal(t, "queued", status)
+	require.Equal(t, 0, attempts, "an attempt that never started is not counted")
+	require.Nil(t, attemptedAt, "a job that never ran has not started")
+	require.Equal(t, "k/2", describe([]*ordered.Job{b.claimOne(t, b.client)})[0])
+}

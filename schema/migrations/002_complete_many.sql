@@ -6,9 +6,9 @@
 -- ordered_jobs_complete marks done each job of p_ids whose claim p_versions (same position)
 -- is still current with a live lease, and hands each of their keys to its next open job. Up
 -- to p_next_limit of those next jobs that are due are claimed, leased for p_lease, by the
--- same update that makes them heads. It returns one row per completed job (completed true,
--- only id set) and one per claimed job (completed false); the jobs not returned lost their
--- claims and nothing changed for them.
+-- same update that makes them heads. It returns one row per completed claim (completed true,
+-- only id and claim_version set) and one per claimed job (completed false); the claims not
+-- returned were lost and nothing changed for them.
 CREATE FUNCTION ordered_jobs_complete(p_ids bigint[], p_versions bigint[],
                                       p_next_limit integer DEFAULT 0,
                                       p_lease interval DEFAULT NULL)
@@ -20,6 +20,7 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_done bigint[];
+    v_done_versions bigint[];
     v_keys text[];
     v_next bigint[];
     v_claim bigint[];
@@ -40,11 +41,15 @@ BEGIN
         UPDATE ordered_jobs AS j
         SET status = 'done', head = false, lease_until = NULL, finished_at = clock_timestamp()
         WHERE j.id = ANY (p_ids)
-          AND j.claim_version = p_versions[array_position(p_ids, j.id)]
+          -- by (id, version) pair: a batch may hold a stale and the current claim of one job
+          AND EXISTS (SELECT 1 FROM unnest(p_ids, p_versions) AS c(id, version)
+                      WHERE c.id = j.id AND c.version = j.claim_version)
           AND j.lease_until > clock_timestamp()
-        RETURNING j.id, j.key
+        RETURNING j.id, j.key, j.claim_version
     )
-    SELECT array_agg(d.id), array_agg(DISTINCT d.key) INTO v_done, v_keys FROM done AS d;
+    SELECT array_agg(d.id), array_agg(d.claim_version), array_agg(DISTINCT d.key)
+    INTO v_done, v_done_versions, v_keys
+    FROM done AS d;
     IF v_done IS NULL THEN
         RETURN;
     END IF;
@@ -64,9 +69,9 @@ BEGIN
         ORDER BY o.seq LIMIT 1) AS n;
 
     RETURN QUERY SELECT true, d.id, NULL::text, NULL::bigint, NULL::text, NULL::jsonb,
-                        NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+                        NULL::integer, NULL::integer, d.version, NULL::timestamptz,
                         NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::text
-                 FROM unnest(v_done) AS d(id);
+                 FROM unnest(v_done, v_done_versions) AS d(id, version);
 
     IF v_next IS NULL THEN
         RETURN;
@@ -101,9 +106,15 @@ BEGIN
 END
 $$;
 
--- A lease is set exactly while a job runs; completion relies on it.
+-- A lease is set exactly while a job runs; completion relies on it. NOT VALID: existing rows
+-- already obey it (every writer clears the lease), and validating would scan the table under
+-- an exclusive lock.
 ALTER TABLE ordered_jobs ADD CONSTRAINT ordered_jobs_lease_iff_running
-    CHECK ((status = 'running') = (lease_until IS NOT NULL));
+    CHECK ((status = 'running') = (lease_until IS NOT NULL)) NOT VALID;
 
--- Superseded: a single completion is a batch of one.
-DROP FUNCTION ordered_job_complete(bigint, bigint);
+-- Kept for workers of the previous version during a rolling upgrade: a batch of one.
+CREATE OR REPLACE FUNCTION ordered_job_complete(p_id bigint, p_version bigint) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (SELECT 1 FROM ordered_jobs_complete(ARRAY[p_id], ARRAY[p_version]) AS c
+                   WHERE c.completed)
+$$;

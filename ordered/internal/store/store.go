@@ -33,6 +33,7 @@ var (
 	jobFailedListSQL      = query("job_failed_list.sql")
 	jobLeaseExtendSQL     = query("job_lease_extend.sql")
 	jobReleaseForRetrySQL = query("job_release_for_retry.sql")
+	jobReleaseUnrunSQL    = query("job_release_unrun.sql")
 	jobReplaySQL          = query("job_replay.sql")
 	jobSkipSQL            = query("job_skip.sql")
 	keyBlockedListSQL     = query("key_blocked_list.sql")
@@ -110,11 +111,14 @@ func JobEnqueueMany(ctx context.Context, db DBTX, batch []byte) ([]EnqueuedJob, 
 	})
 }
 
+// Claim is a job's id and claim version.
+type Claim struct{ ID, Version int64 }
+
 // JobCompleteMany completes the claims (ids[i], versions[i]) and claims up to nextLimit of the
-// jobs that became their keys' heads, leased for lease. It returns the ids it completed (the
-// other claims were lost) and the jobs it claimed.
+// jobs that became their keys' heads, leased for lease. It returns the claims it completed
+// (the others were lost) and the jobs it claimed.
 func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLimit int,
-	lease time.Duration) (completed []int64, claimed []ClaimedJob, err error) {
+	lease time.Duration) (completed []Claim, claimed []ClaimedJob, err error) {
 	rows, err := db.Query(ctx, jobCompleteManySQL, ids, versions, nextLimit, lease)
 	if err != nil {
 		return nil, nil, err
@@ -132,7 +136,7 @@ func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLi
 			return nil, nil, err
 		}
 		if done {
-			completed = append(completed, j.ID)
+			completed = append(completed, Claim{ID: j.ID, Version: *version})
 			continue
 		}
 		j.Key, j.Seq, j.Kind, j.ClaimVersion = *key, *seq, *kind, *version
@@ -158,6 +162,17 @@ func JobFailIfClaimed(ctx context.Context, db DBTX, p JobFailParams) (bool, erro
 	var ok bool
 	err := db.QueryRow(ctx, jobFailIfClaimedSQL, p.ID, p.Version, p.Error, p.Block, p.Expired).Scan(&ok)
 	return ok, err
+}
+
+// JobReleaseUnrun gives back a claim whose job never started, without counting the attempt;
+// false if the claim was lost.
+func JobReleaseUnrun(ctx context.Context, db DBTX, id, version int64) (bool, error) {
+	var got int64
+	err := db.QueryRow(ctx, jobReleaseUnrunSQL, id, version).Scan(&got)
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // LeaseExtend renews the claim's lease; ok is false if the claim was lost.
