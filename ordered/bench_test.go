@@ -56,3 +56,22 @@ func BenchmarkClaimComplete(b *testing.B) {
 		require.NoError(b, bb.client.Complete(bb.ctx, jobs[0]))
 	}
 }
+
+// BenchmarkClaimCompleteMany64 claims 64 jobs of distinct keys in one statement and completes
+// them in one; b.N counts jobs.
+func BenchmarkClaimCompleteMany64(b *testing.B) {
+	bb := setup(b, nil)
+	_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(max(b.N, 64), 1_000, 0))
+	require.NoError(b, err)
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		jobs, err := bb.client.Claim(bb.ctx, min(64, b.N-done))
+		require.NoError(b, err)
+		require.NotEmpty(b, jobs)
+		lost, err := bb.client.CompleteMany(bb.ctx, jobs)
+		require.NoError(b, err)
+		require.Empty(b, lost)
+		done += len(jobs)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
