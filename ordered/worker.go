@@ -479,14 +479,17 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 	}
 }
 
+// maintenanceLoop runs a maintenance pass every MaintenanceInterval, the first one interval
+// after start: the gauges count the whole table, and a worker starting next to a deep
+// backlog should spend its first moments on jobs.
 func (w *Worker) maintenanceLoop(ctx context.Context) {
 	for {
-		w.maintain(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(jitter(w.cfg.MaintenanceInterval)):
 		}
+		w.maintain(ctx)
 	}
 }
 
