@@ -46,8 +46,8 @@ func newCompleter(w *Worker) *completer {
 	return &completer{w: w, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// complete queues job's completion and waits for its batch. The batch always answers, within
-// settleTimeout of its start.
+// complete queues job's completion and waits for its batch, which always answers (each
+// statement it runs is bounded by settleTimeout).
 func (c *completer) complete(job *Job) completionResult {
 	result := make(chan completionResult, 1)
 	c.mu.Lock()
