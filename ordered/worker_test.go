@@ -42,6 +42,17 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
+// completionsBlockedBy counts the completion statements waiting for a lock that the session
+// of tx holds (only this test's: tests run in parallel on one server).
+func (b *testBundle) completionsBlockedBy(t *testing.T, tx pgx.Tx) int {
+	t.Helper()
+	var holder, n int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%ordered_jobs_complete%'`, holder).Scan(&n))
+	return n
+}
+
 func (b *testBundle) countStatus(t *testing.T, status string) int {
 	t.Helper()
 	var n int
@@ -104,7 +115,7 @@ func TestWorkerWakesOnEnqueue(t *testing.T) {
 	waitFor(t, 10*time.Second, "the LISTEN connection", func() bool {
 		var n int
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE query = 'LISTEN ordered_jobs' AND datname = current_database()`).Scan(&n))
+			WHERE query = 'LISTEN ordered_jobs' AND application_name = current_setting('application_name')`).Scan(&n))
 		return n > 0
 	})
 	enqueued := time.Now()
@@ -416,10 +427,7 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 		return nil
 	}), &ordered.WorkerConfig{PollInterval: 50 * time.Millisecond})
 	waitFor(t, 10*time.Second, "the completion waiting for the key", func() bool {
-		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_jobs_complete%'`).Scan(&n))
-		return n > 0
+		return b.completionsBlockedBy(t, tx) > 0
 	})
 	time.Sleep(1500 * time.Millisecond) // well past the 600 ms lease: what is under test is that it stays renewed
 	require.NoError(t, tx.Commit(b.ctx))
@@ -514,10 +522,7 @@ func TestWorkerStopAndCancelGivesBackClaimedNextJob(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(b.ctx))
 	waitFor(t, 10*time.Second, "the completion waiting for the key", func() bool {
-		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_jobs_complete%'`).Scan(&n))
-		return n > 0
+		return b.completionsBlockedBy(t, lock) > 0
 	})
 	expired, cancel := context.WithCancel(b.ctx)
 	cancel()

@@ -82,6 +82,10 @@ func New(t testing.TB) *Queue {
 		t.Fatalf("orderedtest: %v", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		// Lets a test find its own sessions in pg_stat_activity among other tests'.
+		cfg.ConnConfig.RuntimeParams["application_name"] = name
+	}
 	cfg.MaxConns = MaxConnsDefault
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
