@@ -47,7 +47,12 @@ func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, erro
 	if err := c.CompleteTx(ctx, tx, job); err != nil {
 		return false, err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// Not cancellable: a heartbeat that finds the job done while the commit is on its way
+	// cancels ctx, and a cancelled commit reports an error for a transaction that committed.
+	// Fencing happened above, in CompleteTx.
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := tx.Commit(commitCtx); err != nil {
 		return false, err
 	}
 	return true, nil
