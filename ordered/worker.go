@@ -219,6 +219,11 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 	backoff := policy.Exponential{Base: 20 * time.Millisecond, Max: w.cfg.PollInterval}
 	failures := 0
 	for {
+		if ctx.Err() != nil {
+			// Stopping: a select below that had both a wake-up and ctx.Done ready may have
+			// picked the wake-up, and the claim must not run.
+			return
+		}
 		wait := jitter(w.cfg.PollInterval)
 		if free := w.cfg.Workers - int(w.running.Load()); free > 0 {
 			want := min(free, ClaimBatchMax)
