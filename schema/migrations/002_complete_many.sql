@@ -25,8 +25,9 @@ DECLARE
     v_next bigint[];
     v_claim bigint[];
 BEGIN
-    -- Key rows first and in key order, as enqueue locks them, so the two never deadlock;
-    -- shared, so completers never wait for each other. An enqueue of one of these keys that
+    -- Key rows first and in key order, as one enqueue call locks them, so the two do not
+    -- deadlock (a transaction that enqueues to several keys out of key order can; the worker
+    -- retries the batch); shared, so completers never wait for each other. An enqueue of one of these keys that
     -- is in flight is waited for, and the statements below see its jobs.
     PERFORM 1 FROM ordered_keys AS k
     WHERE k.key = ANY (ARRAY(SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (p_ids)))
