@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/orderedq/ordered/policy"
@@ -89,8 +90,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Lease < LeaseMin:
 		return fmt.Errorf("ordered: Config.Lease %v is below the minimum %v", c.Lease, LeaseMin)
-	case c.MaxAttempts < 1:
-		return fmt.Errorf("ordered: Config.MaxAttempts %d must be at least 1", c.MaxAttempts)
+	case c.MaxAttempts < 1 || c.MaxAttempts > math.MaxInt32:
+		return fmt.Errorf("ordered: Config.MaxAttempts %d must be between 1 and %d", c.MaxAttempts, math.MaxInt32)
 	case c.MaxKeyBytes < 1 || c.MaxKeyBytes > MaxKeyBytesMax:
 		return fmt.Errorf("ordered: Config.MaxKeyBytes %d must be between 1 and %d", c.MaxKeyBytes, MaxKeyBytesMax)
 	case c.MaxBacklog < 0:

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -80,8 +81,12 @@ func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event)
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
+	batchJSON, err := b.json()
+	if err != nil {
+		return nil, err
+	}
 	run := func(tx *sql.Tx) ([]store.EnqueuedJob, error) {
-		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueManySQL, string(b.json)))
+		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, string(batchJSON)))
 	}
 	var rows []store.EnqueuedJob
 	switch tx := db.(type) {
@@ -110,19 +115,19 @@ func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	rows, err := store.JobEnqueueMany(ctx, db, b.json)
+	rows, err := store.JobEnqueueMany(ctx, db, &b.columns)
 	if err != nil {
 		return nil, mapDBError(err)
 	}
 	return b.results(rows), nil
 }
 
-// encodedBatch is a validated batch as sent to ordered_enqueue. An event repeated within the
+// encodedBatch is a validated batch as sent to the database. An event repeated within the
 // batch is sent once; its repeats report the same job, as duplicates.
 type encodedBatch struct {
-	json   []byte
-	unique []int // unique[i]: the position in the batch of the i-th event sent
-	sentAs []int // sentAs[i]: the index in unique of event i
+	columns store.EnqueueBatch
+	unique  []int // unique[i]: the position in the batch of the i-th event sent
+	sentAs  []int // sentAs[i]: the index in unique of event i
 }
 
 func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
@@ -140,20 +145,29 @@ func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 	return results
 }
 
-// wireEvent is an event as ordered_enqueue reads it.
+// wireEvent is an event as ordered_enqueue reads it from JSON.
 type wireEvent struct {
 	Key         string          `json:"key"`
 	Seq         int64           `json:"seq"`
 	Kind        string          `json:"kind,omitempty"`
 	Payload     json.RawMessage `json:"payload"`
 	RunAt       *time.Time      `json:"run_at,omitempty"`
-	MaxAttempts int             `json:"max_attempts"`
+	MaxAttempts int32           `json:"max_attempts"`
 }
 
-var jsonNull = json.RawMessage("null")
+// json encodes the batch for ordered_enqueue, the form database/sql callers send.
+func (b *encodedBatch) json() ([]byte, error) {
+	c := &b.columns
+	wire := make([]wireEvent, len(c.Keys))
+	for i := range wire {
+		wire[i] = wireEvent{Key: c.Keys[i], Seq: c.Seqs[i], Kind: c.Kinds[i], Payload: json.RawMessage(c.Payloads[i]),
+			RunAt: c.RunAts[i], MaxAttempts: c.MaxAttempts[i]}
+	}
+	return json.Marshal(wire)
+}
 
-// encodeBatch validates events and encodes them for ordered_enqueue. The whole batch is
-// checked before anything is sent, so a bad event writes nothing.
+// encodeBatch validates events and lays them out for the database. The whole batch is checked
+// before anything is sent, so a bad event writes nothing.
 func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	if len(events) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidEvent)
@@ -164,7 +178,7 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	}
 	b := &encodedBatch{sentAs: make([]int, len(events))}
 	seen := make(map[identity]int, len(events))
-	wire := make([]wireEvent, 0, len(events))
+	cols := &b.columns
 	for i, ev := range events {
 		if err := c.validateEvent(i, ev); err != nil {
 			return nil, err
@@ -177,20 +191,23 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 		seen[id] = len(b.unique)
 		b.sentAs[i] = len(b.unique)
 		b.unique = append(b.unique, i)
-		w := wireEvent{Key: ev.Key, Seq: ev.Seq, Kind: ev.Kind, Payload: ev.Payload,
-			MaxAttempts: cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts)}
-		if len(w.Payload) == 0 {
-			w.Payload = jsonNull
+		payload := string(ev.Payload)
+		if payload == "" {
+			payload = "null"
 		}
+		var runAt *time.Time
 		if !ev.RunAt.IsZero() {
 			t := ev.RunAt
-			w.RunAt = &t
+			runAt = &t
 		}
-		wire = append(wire, w)
+		cols.Keys = append(cols.Keys, ev.Key)
+		cols.Seqs = append(cols.Seqs, ev.Seq)
+		cols.Kinds = append(cols.Kinds, ev.Kind)
+		cols.Payloads = append(cols.Payloads, payload)
+		cols.RunAts = append(cols.RunAts, runAt)
+		cols.MaxAttempts = append(cols.MaxAttempts, int32(cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts)))
 	}
-	var err error
-	b.json, err = json.Marshal(wire)
-	return b, err
+	return b, nil
 }
 
 func (c *Client) validateEvent(i int, ev Event) error {
@@ -216,6 +233,8 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("kind", "%d bytes, over the limit of %d", len(ev.Kind), c.cfg.MaxKeyBytes)
 	case ev.MaxAttempts < 0:
 		return bad("max_attempts", "negative")
+	case ev.MaxAttempts > math.MaxInt32:
+		return bad("max_attempts", "%d, over the limit of %d", ev.MaxAttempts, math.MaxInt32)
 	case len(ev.Payload) > c.cfg.MaxPayloadBytes:
 		return bad("payload", "%d bytes, over the limit of %d", len(ev.Payload), c.cfg.MaxPayloadBytes)
 	case len(ev.Payload) > 0 && !json.Valid(ev.Payload):

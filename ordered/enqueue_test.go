@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -135,6 +136,7 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 		{"payload not JSON", ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`{"a":`)}, "payload"},
 		{"payload over MaxPayloadBytes", ordered.Event{Key: "k", Seq: 1, Payload: bigPayload}, "payload"},
 		{"negative max_attempts", ordered.Event{Key: "k", Seq: 1, MaxAttempts: -1}, "max_attempts"},
+		{"max_attempts over int32", ordered.Event{Key: "k", Seq: 1, MaxAttempts: math.MaxInt32 + 1}, "max_attempts"},
 	}
 
 	requireInvalid := func(t *testing.T, name string, err error, index int, ev ordered.Event, field string) {
@@ -341,6 +343,24 @@ func TestEnqueueBelowQueuedJobIsNotLate(t *testing.T) {
 	b.claimNone(t, b.client)
 }
 
+// A batch's duplicates are not checked for lateness: an event already finished is a no-op,
+// also when it sits below the key's other finished jobs.
+func TestEnqueueBatchWithFinishedDuplicateAndNewEventIsNotLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "k", 1, 2)
+	for range 2 {
+		require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	}
+
+	res, err := b.client.EnqueueMany(b.ctx, []ordered.Event{validEvent("k", 1), validEvent("k", 3)})
+	require.NoError(t, err)
+	require.True(t, res[0].Duplicate)
+	require.Equal(t, ids[0], res[0].ID)
+	require.False(t, res[1].Duplicate)
+	require.EqualValues(t, 3, b.claimOne(t, b.client).Seq)
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Out-of-order arrival.
 
@@ -469,6 +489,124 @@ func TestEnqueueBunFollowsTheCallersTransaction(t *testing.T) {
 	require.Equal(t, direct.ID, j.ID)
 	require.NoError(t, b.client.Complete(b.ctx, j))
 	b.claimNone(t, b.client)
+}
+
+// The pgx form (typed arrays) and the database/sql form (JSON) of an enqueue store the same
+// row for the same event, whatever each field holds.
+func TestEnqueueBothFormsStoreTheSameColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	db := b.openBunDB(t)
+	runAt := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	events := []ordered.Event{
+		{Key: "plain", Seq: 0},
+		{Key: "full", Seq: 1 << 40, Kind: "invoice.paid", Payload: json.RawMessage(`{"a":[1,"x",null]}`),
+			RunAt: runAt, MaxAttempts: 7},
+		{Key: "ünïcode ✓", Seq: 3, Kind: "k", Payload: json.RawMessage(`"just a string"`)},
+	}
+	type row struct {
+		Key, Kind, Payload string
+		Seq                int64
+		AvailableAt        time.Time
+		MaxAttempts        int
+		Head               bool
+	}
+	stored := func(prefix string) []row {
+		rows, err := b.pool.Query(b.ctx, `SELECT substr(key, length($1) + 1), kind, payload::text, seq,
+			available_at, max_attempts, head FROM ordered_jobs WHERE key LIKE $1 || '%' ORDER BY seq`, prefix)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.Key, &x.Kind, &x.Payload, &x.Seq, &x.AvailableAt, &x.MaxAttempts, &x.Head)
+			x.AvailableAt = x.AvailableAt.UTC()
+			return x, err
+		})
+		require.NoError(t, err)
+		return out
+	}
+	with := func(prefix string) []ordered.Event {
+		out := make([]ordered.Event, len(events))
+		for i, ev := range events {
+			ev.Key = prefix + ev.Key
+			out[i] = ev
+		}
+		return out
+	}
+
+	before := time.Now()
+	_, err := b.client.EnqueueMany(b.ctx, with("pgx/"))
+	require.NoError(t, err)
+	_, err = b.client.EnqueueManyBun(b.ctx, db, with("sql/"))
+	require.NoError(t, err)
+
+	viaPgx, viaSQL := stored("pgx/"), stored("sql/")
+	require.Len(t, viaPgx, 3)
+	for i := range viaPgx {
+		// A due event's available_at is its enqueue's time: close, not equal.
+		if !viaPgx[i].AvailableAt.Equal(runAt) {
+			require.WithinDuration(t, viaPgx[i].AvailableAt, viaSQL[i].AvailableAt, time.Minute)
+			require.False(t, viaPgx[i].AvailableAt.Before(before.Add(-time.Minute)))
+			viaSQL[i].AvailableAt = viaPgx[i].AvailableAt
+		}
+	}
+	require.Equal(t, viaPgx, viaSQL)
+	require.Equal(t, row{Key: "plain", Kind: "", Payload: "null", Seq: 0, AvailableAt: viaPgx[0].AvailableAt,
+		MaxAttempts: ordered.MaxAttemptsDefault, Head: true}, viaPgx[0])
+	require.Equal(t, row{Key: "ünïcode ✓", Kind: "k", Payload: `"just a string"`, Seq: 3,
+		AvailableAt: viaPgx[1].AvailableAt, MaxAttempts: ordered.MaxAttemptsDefault, Head: true}, viaPgx[1])
+	require.Equal(t, row{Key: "full", Kind: "invoice.paid", Payload: `{"a": [1, "x", null]}`, Seq: 1 << 40,
+		AvailableAt: runAt, MaxAttempts: 7, Head: true}, viaPgx[2])
+}
+
+// An enqueue wakes workers (NOTIFY at commit) only when it made a job claimable now.
+func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	listener, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(listener.Release)
+	_, err = listener.Exec(b.ctx, "LISTEN ordered_jobs")
+	require.NoError(t, err)
+	// next is the payload of the next notification. Notifications of different transactions
+	// arrive in commit order, so a sentinel sent after an enqueue shows that it sent none.
+	next := func() string {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+	sentinel := func() string {
+		_, err := b.pool.Exec(b.ctx, "SELECT pg_notify('ordered_jobs', 'sentinel')")
+		require.NoError(t, err)
+		return "sentinel"
+	}
+	var schema string
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT current_schema()").Scan(&schema))
+	enqueue := func(evs ...ordered.Event) {
+		_, err := b.client.EnqueueMany(b.ctx, evs)
+		require.NoError(t, err)
+	}
+
+	enqueue(validEvent("a", 5))
+	require.Equal(t, schema, next(), "a new key's job is claimable")
+
+	enqueue(validEvent("a", 6), validEvent("a", 7))
+	require.Equal(t, sentinel(), next(), "appended behind a queued head: nothing new is claimable")
+
+	enqueue(validEvent("a", 3), validEvent("a", 8))
+	require.Equal(t, schema, next(), "a lower seq became the key's head")
+
+	later := validEvent("b", 1)
+	later.RunAt = time.Now().Add(time.Hour)
+	enqueue(later)
+	require.Equal(t, sentinel(), next(), "a job due later is not claimable now")
+
+	enqueue(validEvent("a", 9), validEvent("c", 1))
+	require.Equal(t, schema, next(), "one new key in a batch of appends")
+
+	enqueue(validEvent("a", 3))
+	require.Equal(t, sentinel(), next(), "a duplicate writes nothing")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ func query(name string) string {
 var (
 	jobClaimManySQL       = query("job_claim_many.sql")
 	jobCompleteManySQL    = query("job_complete_many.sql")
+	jobEnqueueJSONSQL     = query("job_enqueue_json.sql")
 	jobEnqueueManySQL     = query("job_enqueue_many.sql")
 	jobExhaustedListSQL   = query("job_exhausted_list.sql")
 	jobFailIfClaimedSQL   = query("job_fail_if_claimed.sql")
@@ -43,8 +44,10 @@ var (
 // JobClaimManySQL is the claim statement, exported for plan tests.
 var JobClaimManySQL = jobClaimManySQL
 
-// JobEnqueueManySQL is the enqueue statement, for callers that run it through database/sql.
-var JobEnqueueManySQL = jobEnqueueManySQL
+// JobEnqueueJSONSQL is the enqueue statement for callers that run it through database/sql:
+// its one argument is the batch as a JSON array of objects with key, seq, kind, payload,
+// run_at and max_attempts.
+var JobEnqueueJSONSQL = jobEnqueueJSONSQL
 
 // DBTX is a pool, a connection or a transaction.
 type DBTX interface {
@@ -98,9 +101,19 @@ type EnqueuedJob struct {
 	Duplicate bool
 }
 
-// JobEnqueueMany enqueues a batch encoded as a JSON array.
-func JobEnqueueMany(ctx context.Context, db DBTX, batch []byte) ([]EnqueuedJob, error) {
-	rows, err := db.Query(ctx, jobEnqueueManySQL, string(batch))
+// EnqueueBatch is a batch of events to enqueue, one slice per column, all of one length.
+type EnqueueBatch struct {
+	Keys        []string
+	Seqs        []int64
+	Kinds       []string
+	Payloads    []string     // JSON documents
+	RunAts      []*time.Time // nil: now
+	MaxAttempts []int32
+}
+
+// JobEnqueueMany enqueues a batch.
+func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJob, error) {
+	rows, err := db.Query(ctx, jobEnqueueManySQL, b.Keys, b.Seqs, b.Kinds, b.Payloads, b.RunAts, b.MaxAttempts)
 	if err != nil {
 		return nil, err
 	}
