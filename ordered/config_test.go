@@ -19,7 +19,7 @@ func TestNewClientRejectsBadConfig(t *testing.T) {
 	}{
 		{ordered.Config{Lease: time.Millisecond}, "Config.Lease"},
 		{ordered.Config{MaxAttempts: -1}, "Config.MaxAttempts"},
-		{ordered.Config{MaxAttempts: math.MaxInt32 + 1}, "Config.MaxAttempts"},
+		{ordered.Config{MaxAttempts: overInt32()}, "Config.MaxAttempts"},
 		{ordered.Config{MaxKeyBytes: ordered.MaxKeyBytesMax + 1}, "Config.MaxKeyBytes"},
 		{ordered.Config{MaxBacklog: -1}, "Config.MaxBacklog"},
 		{ordered.Config{MaxPayloadBytes: ordered.MaxPayloadBytesMax + 1}, "Config.MaxPayloadBytes"},

@@ -78,11 +78,11 @@ func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.admit(ctx, len(b.unique)); err != nil {
-		return nil, err
-	}
 	batchJSON, err := b.json()
 	if err != nil {
+		return nil, err
+	}
+	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
 	run := func(tx *sql.Tx) ([]store.EnqueuedJob, error) {
@@ -197,7 +197,7 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 		}
 		var runAt *time.Time
 		if !ev.RunAt.IsZero() {
-			t := ev.RunAt
+			t := ev.RunAt.Truncate(time.Microsecond) // PostgreSQL's resolution, on either form
 			runAt = &t
 		}
 		cols.Keys = append(cols.Keys, ev.Key)
@@ -231,6 +231,8 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("kind", "contains a NUL character, which PostgreSQL cannot store")
 	case len(ev.Kind) > c.cfg.MaxKeyBytes:
 		return bad("kind", "%d bytes, over the limit of %d", len(ev.Kind), c.cfg.MaxKeyBytes)
+	case !ev.RunAt.IsZero() && (ev.RunAt.Year() < 1 || ev.RunAt.Year() > 9999):
+		return bad("run_at", "year %d, outside 1 to 9999", ev.RunAt.Year())
 	case ev.MaxAttempts < 0:
 		return bad("max_attempts", "negative")
 	case ev.MaxAttempts > math.MaxInt32:

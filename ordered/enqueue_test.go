@@ -19,10 +19,17 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
 )
 
 // ---------------------------------------------------------------------------------------------
 // Helpers of the enqueue and admin tests.
+
+// overInt32 is math.MaxInt32 + 1 where int has 64 bits (and wraps to a negative elsewhere).
+func overInt32() int {
+	n := math.MaxInt32
+	return n + 1
+}
 
 // validEvent is a valid event of key/seq with an empty JSON object as payload.
 func validEvent(key string, seq int64) ordered.Event {
@@ -136,7 +143,8 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 		{"payload not JSON", ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`{"a":`)}, "payload"},
 		{"payload over MaxPayloadBytes", ordered.Event{Key: "k", Seq: 1, Payload: bigPayload}, "payload"},
 		{"negative max_attempts", ordered.Event{Key: "k", Seq: 1, MaxAttempts: -1}, "max_attempts"},
-		{"max_attempts over int32", ordered.Event{Key: "k", Seq: 1, MaxAttempts: math.MaxInt32 + 1}, "max_attempts"},
+		{"max_attempts over int32", ordered.Event{Key: "k", Seq: 1, MaxAttempts: overInt32()}, "max_attempts"},
+		{"run_at after year 9999", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "run_at"},
 	}
 
 	requireInvalid := func(t *testing.T, name string, err error, index int, ev ordered.Event, field string) {
@@ -567,22 +575,27 @@ func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
 	t.Cleanup(listener.Release)
 	_, err = listener.Exec(b.ctx, "LISTEN ordered_jobs")
 	require.NoError(t, err)
-	// next is the payload of the next notification. Notifications of different transactions
-	// arrive in commit order, so a sentinel sent after an enqueue shows that it sent none.
+	var schema string
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT current_schema()").Scan(&schema))
+	// next is the payload of this schema's next notification (other tests' schemas share the
+	// channel). Notifications of different transactions arrive in commit order, so a
+	// sentinel sent after an enqueue shows that the enqueue sent none.
 	next := func() string {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
-		n, err := listener.Conn().WaitForNotification(ctx)
-		require.NoError(t, err)
-		return n.Payload
+		for {
+			n, err := listener.Conn().WaitForNotification(ctx)
+			require.NoError(t, err)
+			if n.Payload == schema || n.Payload == schema+"/sentinel" {
+				return n.Payload
+			}
+		}
 	}
 	sentinel := func() string {
-		_, err := b.pool.Exec(b.ctx, "SELECT pg_notify('ordered_jobs', 'sentinel')")
+		_, err := b.pool.Exec(b.ctx, "SELECT pg_notify('ordered_jobs', $1)", schema+"/sentinel")
 		require.NoError(t, err)
-		return "sentinel"
+		return schema + "/sentinel"
 	}
-	var schema string
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT current_schema()").Scan(&schema))
 	enqueue := func(evs ...ordered.Event) {
 		_, err := b.client.EnqueueMany(b.ctx, evs)
 		require.NoError(t, err)
@@ -763,6 +776,33 @@ func TestEnqueueBelowReplayedJobIsLate(t *testing.T) {
 	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{}))
 	_, err = b.client.Enqueue(b.ctx, validEvent("k", 3))
 	requireLateEvent(t, err, "k", 3, 5) // and still late once it is replayed
+	require.EqualValues(t, 2, b.jobRowCount(t))
+}
+
+// A replayed job that is claimed and given back unrun (its worker stopped) still counts as
+// started: an event below it, or below a later job that started, is late.
+func TestEnqueueBelowStartedJobsIsLateAfterReplayedJobGivenBackUnrun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 10, 20)
+	_, out := b.failNextHead(t, "k", 10, errors.New("boom"))
+	require.Equal(t, ordered.Failed, out)
+	j := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], j.ID)
+	out, err := b.client.RetryAfter(b.ctx, j, time.Hour, errors.New("later")) // k/20 started
+	require.NoError(t, err)
+	require.Equal(t, ordered.Retried, out)
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+	j = b.claimOne(t, b.client)
+	require.Equal(t, ids[0], j.ID)
+	released, err := store.JobReleaseUnrun(b.ctx, b.pool, j.ID, j.ClaimVersion)
+	require.NoError(t, err)
+	require.True(t, released)
+
+	_, err = b.client.EnqueueMany(b.ctx, []ordered.Event{validEvent("k", 5), validEvent("k", 15)})
+	require.ErrorIs(t, err, ordered.ErrLateEvent)
+	_, err = b.client.Enqueue(b.ctx, validEvent("k", 5))
+	requireLateEvent(t, err, "k", 5, 10)
 	require.EqualValues(t, 2, b.jobRowCount(t))
 }
 
