@@ -118,18 +118,31 @@ type Stats struct {
 	ExpiredLeases int64
 	// OldestReady is how long the oldest claimable job has been waiting.
 	OldestReady time.Duration
+	// CountedAt is when the counts were taken.
+	CountedAt time.Time
 }
 
-// Stats reads the queue's counts.
+// Stats counts the queue's jobs. It reads the whole table: on a deep queue, call it no more
+// often than a worker's maintenance pass, which shares its counts as gauges.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	s, err := store.QueueStatsGet(ctx, c.pool)
+	return statsOf(store.QueueStatsGet(ctx, c.pool))
+}
+
+// sharedStats returns counts that any worker took at most maxAge ago (see
+// ordered_stats_shared), so that the workers of a queue count its jobs once per interval
+// between them.
+func (c *Client) sharedStats(ctx context.Context, maxAge time.Duration) (Stats, error) {
+	return statsOf(store.QueueStatsShared(ctx, c.pool, maxAge))
+}
+
+func statsOf(s store.QueueStats, err error) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("ordered: stats: %w", err)
 	}
 	return Stats{
 		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed,
 		BlockedKeys: s.BlockedKeys, ExpiredLeases: s.ExpiredLeases,
-		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)),
+		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)), CountedAt: s.CountedAt,
 	}, nil
 }
 

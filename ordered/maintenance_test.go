@@ -1,10 +1,14 @@
 package ordered_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -71,4 +75,78 @@ func TestAdmissionLimitRefusesBeyondMaxBacklog(t *testing.T) {
 	require.NoError(t, b.client.Complete(b.ctx, j))
 	_, err = c.Enqueue(b.ctx, ordered.Event{Key: "d", Seq: 1})
 	require.NoError(t, err)
+}
+
+// The gauges' counts read the whole table, so the workers of a queue share one count per
+// interval: younger counts are returned as they are, and a caller that finds another one
+// counting takes the last counts instead of waiting or counting again.
+func TestSharedStatsCountOncePerInterval(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	shared := func(ctx context.Context, maxAge string) (queued int64, at time.Time) {
+		t.Helper()
+		require.NoError(t, b.pool.QueryRow(ctx,
+			`SELECT queued, counted_at FROM ordered_stats_shared($1::interval)`, maxAge).Scan(&queued, &at))
+		return queued, at
+	}
+
+	b.enqueue(t, "a", 1, 2, 3)
+	queued, first := shared(b.ctx, "1 hour")
+	require.EqualValues(t, 3, queued, "never counted: counts now")
+
+	b.enqueue(t, "b", 1, 2)
+	queued, at := shared(b.ctx, "1 hour")
+	require.EqualValues(t, 3, queued, "counts younger than the max age are shared")
+	require.Equal(t, first, at)
+	queued, at = shared(b.ctx, "0")
+	require.EqualValues(t, 5, queued, "older ones are counted anew")
+	require.True(t, at.After(first))
+
+	// Another caller is counting: the last counts come back at once.
+	tx := b.beginTx(t)
+	_, err := tx.Exec(b.ctx, `SELECT 1 FROM ordered_stats FOR UPDATE`)
+	require.NoError(t, err)
+	b.enqueue(t, "c", 1)
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	queued, _ = shared(ctx, "0")
+	require.EqualValues(t, 5, queued)
+	require.NoError(t, tx.Rollback(b.ctx))
+
+	// A caller that cannot write (a read-only transaction) gets the last counts too.
+	ro, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	require.NoError(t, err)
+	var roQueued int64
+	require.NoError(t, ro.QueryRow(b.ctx, `SELECT queued FROM ordered_stats_shared('0')`).Scan(&roQueued))
+	require.EqualValues(t, 5, roQueued)
+	require.NoError(t, ro.Rollback(b.ctx))
+
+	queued, _ = shared(b.ctx, "0")
+	require.EqualValues(t, 6, queued)
+
+	// Client.Stats (ordered status) always counts now.
+	stats, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, stats.Queued)
+}
+
+// A worker's gauges show the shared counts, not a count of its own.
+func TestWorkerGaugesShowSharedStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1)
+	// Counts that stay young for an hour, and that no real count could give.
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_stats SET queued = 777, blocked_keys = 5,
+		counted_at = now() + interval '1 hour'`)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, MaintenanceInterval: 50 * time.Millisecond, Registerer: reg})
+	waitFor(t, 10*time.Second, "queued gauge", func() bool {
+		return metricValue(t, reg, "ordered_jobs", "status", "queued") == 777
+	})
+	require.Equal(t, 5.0, metricValue(t, reg, "ordered_blocked_keys"))
+	var countedAt float64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT extract(epoch FROM counted_at)::float8 FROM ordered_stats`).Scan(&countedAt))
+	require.InDelta(t, countedAt, metricValue(t, reg, "ordered_jobs_counted_timestamp_seconds"), 0.001)
 }

@@ -25,6 +25,7 @@ type metrics struct {
 	oldestReady   prometheus.Gauge
 	blockedKeys   prometheus.Gauge
 	expiredLeases prometheus.Gauge
+	countedAt     prometheus.Gauge
 }
 
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
@@ -75,6 +76,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		expiredLeases: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordered_expired_leases", Help: "Running jobs whose lease has expired, as of the last maintenance pass.",
 		}),
+		countedAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ordered_jobs_counted_timestamp_seconds", Help: "When the counts behind the job gauges were taken (Unix time); the workers of a queue share them.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -94,6 +98,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.oldestReady = register(reg, m.oldestReady, &err)
 	m.blockedKeys = register(reg, m.blockedKeys, &err)
 	m.expiredLeases = register(reg, m.expiredLeases, &err)
+	m.countedAt = register(reg, m.countedAt, &err)
 	return m, err
 }
 
@@ -121,6 +126,7 @@ func (m *metrics) observeStats(s Stats) {
 	m.oldestReady.Set(s.OldestReady.Seconds())
 	m.blockedKeys.Set(float64(s.BlockedKeys))
 	m.expiredLeases.Set(float64(s.ExpiredLeases))
+	m.countedAt.Set(float64(s.CountedAt.UnixMilli()) / 1000)
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

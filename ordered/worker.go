@@ -485,7 +485,7 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 }
 
 // maintenanceLoop runs a maintenance pass every MaintenanceInterval, the first one interval
-// after start: the gauges count the whole table, and a worker starting next to a deep
+// after start: the gauges may count the whole table, and a worker starting next to a deep
 // backlog should spend its first moments on jobs.
 func (w *Worker) maintenanceLoop(ctx context.Context) {
 	for {
@@ -523,7 +523,8 @@ func (w *Worker) maintain(ctx context.Context) {
 			}
 		}
 	}
-	stats, err := w.client.Stats(ctx)
+	// Passes are jittered down to 0.8 intervals apart: counts of that age are recounted.
+	stats, err := w.client.sharedStats(ctx, w.cfg.MaintenanceInterval*4/5)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("ordered: maintenance: stats", "error", err)

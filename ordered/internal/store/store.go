@@ -39,6 +39,7 @@ var (
 	jobSkipSQL            = query("job_skip.sql")
 	keyBlockedListSQL     = query("key_blocked_list.sql")
 	queueStatsSQL         = query("queue_stats.sql")
+	queueStatsSharedSQL   = query("queue_stats_shared.sql")
 )
 
 // JobClaimManySQL is the claim statement, exported for plan tests.
@@ -299,13 +300,24 @@ func KeyBlockedList(ctx context.Context, db DBTX, limit int) ([]BlockedKey, erro
 type QueueStats struct {
 	Queued, Running, Done, Failed, BlockedKeys, ExpiredLeases int64
 	OldestReadySeconds                                        float64
+	CountedAt                                                 time.Time
 }
 
-// QueueStatsGet reads the queue's counts.
+// QueueStatsGet counts the queue's jobs now.
 func QueueStatsGet(ctx context.Context, db DBTX) (QueueStats, error) {
+	return scanStats(db.QueryRow(ctx, queueStatsSQL))
+}
+
+// QueueStatsShared returns the counts any worker took at most maxAge ago, counting them anew
+// if there are none that young and no one else is counting.
+func QueueStatsShared(ctx context.Context, db DBTX, maxAge time.Duration) (QueueStats, error) {
+	return scanStats(db.QueryRow(ctx, queueStatsSharedSQL, maxAge))
+}
+
+func scanStats(row pgx.Row) (QueueStats, error) {
 	var s QueueStats
-	err := db.QueryRow(ctx, queueStatsSQL).Scan(&s.Queued, &s.Running, &s.Done, &s.Failed,
-		&s.BlockedKeys, &s.ExpiredLeases, &s.OldestReadySeconds)
+	err := row.Scan(&s.Queued, &s.Running, &s.Done, &s.Failed, &s.BlockedKeys, &s.ExpiredLeases,
+		&s.OldestReadySeconds, &s.CountedAt)
 	return s, err
 }
 
