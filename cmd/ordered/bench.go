@@ -394,42 +394,60 @@ func (b *bench) benchThroughput(ctx context.Context) error {
 }
 
 // benchHotKey drains the other keys with a small and a big backlog on one key behind a
-// running head.
+// running head. A drain of 1,000 jobs lasts a fraction of a second, so each backlog is
+// measured in hotRounds drains of fresh other keys, and the median is kept.
 func (b *bench) benchHotKey(ctx context.Context) error {
 	s := b.sizes
 	rates := map[int]float64{}
 	for _, backlog := range []int{s.hotSmall, s.hotBig} {
-		q, err := b.queue(ctx, 72, &ordered.Config{Lease: time.Hour})
+		rate, err := b.hotKeyRate(ctx, backlog)
 		if err != nil {
 			return err
 		}
-		if err := load(ctx, q.client, backlog+1, 1, func(int) string { return "hot" }); err != nil {
-			q.drop()
-			return err
-		}
-		// The hot key's head is taken and never settled: its backlog waits behind it.
-		if _, err := q.client.Claim(ctx, 1); err != nil {
-			q.drop()
-			return err
-		}
-		if err := load(ctx, q.client, s.hotOthers, s.hotOthers, func(i int) string { return fmt.Sprintf("other-%05d", i) }); err != nil {
-			q.drop()
-			return err
+		rates[backlog] = rate
+		b.add(fmt.Sprintf("hot key: %d other keys drained, hot backlog %d", s.hotOthers, backlog), rate, "jobs/s", true,
+			fmt.Sprintf("median of %d drains", hotRounds))
+	}
+	b.add(fmt.Sprintf("hot-key flatness (backlog %d vs %d)", s.hotBig, s.hotSmall), rates[s.hotBig]/rates[s.hotSmall], "ratio", false, "target >= 0.9")
+	return nil
+}
+
+const hotRounds = 3
+
+// hotKeyRate returns the median rate of hotRounds drains of the other keys behind a hot key
+// with backlog queued jobs.
+func (b *bench) hotKeyRate(ctx context.Context, backlog int) (float64, error) {
+	s := b.sizes
+	q, err := b.queue(ctx, 72, &ordered.Config{Lease: time.Hour})
+	if err != nil {
+		return 0, err
+	}
+	defer q.drop()
+	if err := load(ctx, q.client, backlog+1, 1, func(int) string { return "hot" }); err != nil {
+		return 0, err
+	}
+	// The hot key's head is taken and never settled: its backlog waits behind it.
+	if _, err := q.client.Claim(ctx, 1); err != nil {
+		return 0, err
+	}
+	var rates []float64
+	for round := range hotRounds {
+		others := func(i int) string { return fmt.Sprintf("other-%d-%05d", round, i) }
+		if err := load(ctx, q.client, s.hotOthers, s.hotOthers, others); err != nil {
+			return 0, err
 		}
 		// The load's dirty pages are written out first: a million-row load would otherwise
 		// leave a checkpoint running through the drain, and the ratio would measure that.
 		_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys")
 		_, _ = q.pool.Exec(ctx, "CHECKPOINT")
 		rate, _, _, err := b.drain(ctx, q, 64, s.hotOthers)
-		q.drop()
 		if err != nil {
-			return err
+			return 0, err
 		}
-		rates[backlog] = rate
-		b.add(fmt.Sprintf("hot key: %d other keys drained, hot backlog %d", s.hotOthers, backlog), rate, "jobs/s", true, "")
+		rates = append(rates, rate)
 	}
-	b.add(fmt.Sprintf("hot-key flatness (backlog %d vs %d)", s.hotBig, s.hotSmall), rates[s.hotBig]/rates[s.hotSmall], "ratio", false, "target >= 0.9")
-	return nil
+	slices.Sort(rates)
+	return rates[len(rates)/2], nil
 }
 
 // benchDeep claims from a deep backlog with 8 claimers, measuring each claim.
@@ -443,7 +461,9 @@ func (b *bench) benchDeep(ctx context.Context) error {
 	if err := load(ctx, q.client, s.deepJobs, s.deepKs, keyName); err != nil {
 		return err
 	}
+	// As for the hot key: the claims are measured, not the checkpoint the load set off.
 	_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys")
+	_, _ = q.pool.Exec(ctx, "CHECKPOINT")
 	var mu sync.Mutex
 	var lat []time.Duration
 	var done atomic.Int64
