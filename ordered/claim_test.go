@@ -243,3 +243,46 @@ func TestCompleteManyMatchesClaimsNotJobs(t *testing.T) {
 	require.Equal(t, "done", b.jobStatus(t, ida))
 	require.Equal(t, "done", b.jobStatus(t, idb))
 }
+
+// A completion batch that deadlocks with a transaction enqueuing to two of its keys out of
+// key order is retried: the batch locks "a" and waits for "b", which the transaction holds
+// and then asks for "a". The batch's side detects the deadlock (the transaction's own
+// deadlock_timeout is longer), is rolled back, and its retry completes both jobs.
+func TestCompleteManyRetriesADeadlockWithAnEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1)
+	b.enqueue(t, "b", 1)
+	jobs := b.claimAll(t)
+	require.Len(t, jobs, 2)
+
+	tx := b.beginTx(t)
+	_, err := tx.Exec(b.ctx, `SET LOCAL deadlock_timeout = '1min'`)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueTx(b.ctx, tx, validEvent("b", 2))
+	require.NoError(t, err)
+
+	type result struct {
+		lost []*ordered.Job
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lost, err := b.client.CompleteMany(b.ctx, jobs)
+		done <- result{lost, err}
+	}()
+	waitFor(t, 10*time.Second, "the batch waiting for key b", func() bool {
+		return b.completionsBlockedBy(t, tx) == 1
+	})
+	_, err = b.client.EnqueueTx(b.ctx, tx, validEvent("a", 2))
+	require.NoError(t, err, "the batch, not the enqueue, is chosen as the deadlock's victim")
+	require.NoError(t, tx.Commit(b.ctx))
+
+	r := <-done
+	require.NoError(t, r.err)
+	require.Empty(t, r.lost)
+	for _, j := range jobs {
+		require.Equal(t, "done", b.jobStatus(t, j.ID))
+	}
+	require.Len(t, b.claimAll(t), 2, "a/2 and b/2 are the keys' heads")
+}

@@ -131,29 +131,34 @@ func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
 }
 
 // CompleteMany completes jobs in one statement and one commit, as Complete does each. It
-// returns the jobs whose claims were lost; nothing changed for them.
+// returns the jobs whose claims were lost; nothing changed for them. A batch that deadlocks
+// with a transaction enqueuing to several of its keys out of key order is retried.
 func (c *Client) CompleteMany(ctx context.Context, jobs []*Job) (lost []*Job, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	ids, versions := claimsOf(jobs)
-	done, _, err := store.JobCompleteMany(ctx, c.pool, ids, versions, 0, 0)
-	if err != nil {
-		return nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
-	}
-	return lostOf(jobs, done), nil
+	lost, _, err = c.completeManyClaimNext(ctx, jobs, 0)
+	return lost, err
 }
+
+// completeAttempts bounds the tries of a batch that hits a deadlock or serialization failure.
+const completeAttempts = 3
 
 // completeManyClaimNext is CompleteMany that also claims, in the same statement, up to limit
 // of the jobs the completions made ready: the next jobs of the completed jobs' keys.
 func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit int) (lost, next []*Job, err error) {
 	ids, versions := claimsOf(jobs)
-	sent := time.Now()
-	done, claimed, err := store.JobCompleteMany(ctx, c.pool, ids, versions, limit, c.cfg.Lease)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		done, claimed, err := store.JobCompleteMany(ctx, c.pool, ids, versions, limit, c.cfg.Lease)
+		if err == nil {
+			return lostOf(jobs, done), claimedJobs(claimed, sent), nil
+		}
+		// The statement rolled back whole: trying it again is safe.
+		if attempt == completeAttempts || !isTransient(err) || ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
+		}
 	}
-	return lostOf(jobs, done), claimedJobs(claimed, sent), nil
 }
 
 func claimsOf(jobs []*Job) (ids, versions []int64) {
