@@ -118,7 +118,7 @@ type Stats struct {
 	ExpiredLeases int64
 	// OldestReady is how long the oldest claimable job has been waiting.
 	OldestReady time.Duration
-	// CountedAt is when the counts were taken.
+	// CountedAt is when the counts were taken; zero when shared counts were never taken.
 	CountedAt time.Time
 }
 
@@ -139,10 +139,14 @@ func statsOf(s store.QueueStats, err error) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("ordered: stats: %w", err)
 	}
+	var countedAt time.Time
+	if s.CountedAt != nil {
+		countedAt = *s.CountedAt
+	}
 	return Stats{
 		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed,
 		BlockedKeys: s.BlockedKeys, ExpiredLeases: s.ExpiredLeases,
-		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)), CountedAt: s.CountedAt,
+		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)), CountedAt: countedAt,
 	}, nil
 }
 

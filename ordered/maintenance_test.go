@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
 )
 
 // Archive deletes done jobs in bounded batches, keeps failed ones, and a re-sent archived
@@ -90,6 +91,15 @@ func TestSharedStatsCountOncePerInterval(t *testing.T) {
 		return queued, at
 	}
 
+	// Never counted, and another caller is at it: no counts yet, and no error.
+	locker := b.beginTx(t)
+	_, err := locker.Exec(b.ctx, `SELECT 1 FROM ordered_stats FOR UPDATE`)
+	require.NoError(t, err)
+	stats, err := store.QueueStatsShared(b.ctx, b.pool, 0)
+	require.NoError(t, err)
+	require.Nil(t, stats.CountedAt)
+	require.NoError(t, locker.Rollback(b.ctx))
+
 	b.enqueue(t, "a", 1, 2, 3)
 	queued, first := shared(b.ctx, "1 hour")
 	require.EqualValues(t, 3, queued, "never counted: counts now")
@@ -104,7 +114,7 @@ func TestSharedStatsCountOncePerInterval(t *testing.T) {
 
 	// Another caller is counting: the last counts come back at once.
 	tx := b.beginTx(t)
-	_, err := tx.Exec(b.ctx, `SELECT 1 FROM ordered_stats FOR UPDATE`)
+	_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_stats FOR UPDATE`)
 	require.NoError(t, err)
 	b.enqueue(t, "c", 1)
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -125,9 +135,9 @@ func TestSharedStatsCountOncePerInterval(t *testing.T) {
 	require.EqualValues(t, 6, queued)
 
 	// Client.Stats (ordered status) always counts now.
-	stats, err := b.client.Stats(b.ctx)
+	now, err := b.client.Stats(b.ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 6, stats.Queued)
+	require.EqualValues(t, 6, now.Queued)
 }
 
 // A worker's gauges show the shared counts, not a count of its own.

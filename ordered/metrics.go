@@ -126,7 +126,7 @@ func (m *metrics) observeStats(s Stats) {
 	m.oldestReady.Set(s.OldestReady.Seconds())
 	m.blockedKeys.Set(float64(s.BlockedKeys))
 	m.expiredLeases.Set(float64(s.ExpiredLeases))
-	m.countedAt.Set(float64(s.CountedAt.UnixMilli()) / 1000)
+	m.countedAt.Set(float64(s.CountedAt.UnixNano()) / 1e9)
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -531,5 +531,8 @@ func (w *Worker) maintain(ctx context.Context) {
 		}
 		return
 	}
+	if stats.CountedAt.IsZero() {
+		return // another worker is taking the first counts
+	}
 	w.metrics.observeStats(stats)
 }

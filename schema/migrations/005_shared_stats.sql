@@ -27,13 +27,15 @@ CREATE TABLE ordered_stats (
     blocked_keys    bigint      NOT NULL DEFAULT 0,
     expired_leases  bigint      NOT NULL DEFAULT 0,
     oldest_ready_at timestamptz,
-    counted_at      timestamptz NOT NULL DEFAULT '-infinity'
+    counted_at      timestamptz -- null: never counted
 );
 INSERT INTO ordered_stats DEFAULT VALUES;
 
 -- ordered_stats_shared returns the last counts if they are younger than p_max_age, else
 -- counts again. One caller counts at a time: one that finds another at it (the row locked)
--- returns the last counts rather than wait or count twice, as does one that cannot write.
+-- returns the last counts rather than wait or count twice, as does one that cannot write
+-- (counted_at null: none yet). The row stays locked until the counting caller's transaction
+-- ends, so call it in a transaction of its own, as workers do.
 CREATE FUNCTION ordered_stats_shared(p_max_age interval) RETURNS ordered_stats
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -55,7 +57,7 @@ BEGIN
                  FROM ordered_stats_now AS n),
             counted_at = clock_timestamp()
         -- one that counted while this caller waited for the lock left young counts
-        WHERE s.counted_at <= clock_timestamp() - p_max_age
+        WHERE s.counted_at IS NULL OR s.counted_at <= clock_timestamp() - p_max_age
         RETURNING * INTO v;
         IF NOT FOUND THEN
             SELECT * INTO STRICT v FROM ordered_stats;

@@ -300,7 +300,7 @@ func KeyBlockedList(ctx context.Context, db DBTX, limit int) ([]BlockedKey, erro
 type QueueStats struct {
 	Queued, Running, Done, Failed, BlockedKeys, ExpiredLeases int64
 	OldestReadySeconds                                        float64
-	CountedAt                                                 time.Time
+	CountedAt                                                 *time.Time // nil: never counted
 }
 
 // QueueStatsGet counts the queue's jobs now.
