@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -246,8 +247,9 @@ func TestCompleteManyMatchesClaimsNotJobs(t *testing.T) {
 
 // A completion batch that deadlocks with a transaction enqueuing to two of its keys out of
 // key order is retried: the batch locks "a" and waits for "b", which the transaction holds
-// and then asks for "a". The batch's side detects the deadlock (the transaction's own
-// deadlock_timeout is longer), is rolled back, and its retry completes both jobs.
+// and then asks for "a". The batch's side detects the deadlock (PostgreSQL checks once, a
+// deadlock_timeout into a wait: 3 s for the batch, leaving time for the transaction to ask,
+// and a minute for the transaction), is rolled back, and its retry completes both jobs.
 func TestCompleteManyRetriesADeadlockWithAnEnqueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -255,9 +257,17 @@ func TestCompleteManyRetriesADeadlockWithAnEnqueue(t *testing.T) {
 	b.enqueue(t, "b", 1)
 	jobs := b.claimAll(t)
 	require.Len(t, jobs, 2)
+	cfg, err := pgxpool.ParseConfig(b.queue.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "3s"
+	batchPool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(batchPool.Close)
+	batchClient, err := ordered.NewClient(batchPool, nil)
+	require.NoError(t, err)
 
 	tx := b.beginTx(t)
-	_, err := tx.Exec(b.ctx, `SET LOCAL deadlock_timeout = '1min'`)
+	_, err = tx.Exec(b.ctx, `SET LOCAL deadlock_timeout = '1min'`)
 	require.NoError(t, err)
 	_, err = b.client.EnqueueTx(b.ctx, tx, validEvent("b", 2))
 	require.NoError(t, err)
@@ -268,7 +278,7 @@ func TestCompleteManyRetriesADeadlockWithAnEnqueue(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		lost, err := b.client.CompleteMany(b.ctx, jobs)
+		lost, err := batchClient.CompleteMany(b.ctx, jobs)
 		done <- result{lost, err}
 	}()
 	waitFor(t, 10*time.Second, "the batch waiting for key b", func() bool {

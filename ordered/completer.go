@@ -44,8 +44,9 @@ func newCompleter(w *Worker) *completer {
 	return &completer{w: w, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// complete queues job's completion and waits for its batch, which always answers (each
-// statement it runs is bounded by settleTimeout).
+// complete queues job's completion and waits for its batch, which always answers (the batch,
+// retries included, and each single completion it may fall back to are bounded by
+// settleTimeout).
 func (c *completer) complete(job *Job) completionResult {
 	result := make(chan completionResult, 1)
 	c.mu.Lock()
