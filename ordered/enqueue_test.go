@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,6 +270,91 @@ func TestEnqueueDuplicateReturnsExistingJob(t *testing.T) {
 	require.Equal(t, first.ID, again.ID)
 	require.Equal(t, "done", b.jobStatus(t, first.ID))
 	require.EqualValues(t, 4, b.jobRowCount(t))
+}
+
+// Producers that send the same events at once store each event once and all get its id, while
+// a worker finishes jobs in between, so repeats find events queued, running and done. (key,
+// seq) has no unique index of its own: the key lock and the lookup in open and finished jobs
+// keep it unique.
+func TestConcurrentEnqueuesOfTheSameEventsStoreEachOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const producers, rounds, keys, perRound = 6, 12, 8, 4
+
+	finisher, stopFinisher := context.WithCancel(b.ctx)
+	finished := make(chan error, 1)
+	go func() {
+		for finisher.Err() == nil {
+			jobs, err := b.client.Claim(finisher, 4)
+			if err == nil && len(jobs) > 0 {
+				_, err = b.client.CompleteMany(finisher, jobs)
+			}
+			if err != nil && finisher.Err() == nil {
+				finished <- err
+				return
+			}
+			if len(jobs) == 0 {
+				time.Sleep(time.Millisecond) // nothing ready: don't spin on the server
+			}
+		}
+		finished <- nil
+	}()
+
+	for round := range rounds {
+		events := make([]ordered.Event, 0, keys*perRound)
+		for k := range keys {
+			for s := range perRound {
+				events = append(events, validEvent(fmt.Sprintf("k%d", k), int64(round*perRound+s)))
+			}
+		}
+		ids := make([][]int64, producers)
+		errs := make(chan error, producers)
+		start := make(chan struct{})
+		for p := range producers {
+			batch := slices.Clone(events)
+			rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+			go func() {
+				<-start
+				res, err := b.client.EnqueueMany(b.ctx, batch)
+				if err == nil {
+					byEvent := make(map[string]int64, len(res))
+					for i, r := range res {
+						byEvent[fmt.Sprintf("%s/%d", batch[i].Key, batch[i].Seq)] = r.ID
+					}
+					ids[p] = make([]int64, len(events))
+					for i, e := range events {
+						ids[p][i] = byEvent[fmt.Sprintf("%s/%d", e.Key, e.Seq)]
+					}
+				}
+				errs <- err
+			}()
+		}
+		close(start)
+		for range producers {
+			require.NoError(t, <-errs, "round %d", round)
+		}
+		for p := 1; p < producers; p++ {
+			require.Equal(t, ids[0], ids[p], "round %d: producer %d got other ids", round, p)
+		}
+
+		// Once some of the round's jobs are done, the round again is all duplicates.
+		require.Eventually(t, func() bool {
+			return b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE status = 'done' AND seq >= $1`,
+				round*perRound) > 0
+		}, time.Minute, time.Millisecond)
+		res, err := b.client.EnqueueMany(b.ctx, events)
+		require.NoError(t, err)
+		for i, r := range res {
+			require.True(t, r.Duplicate, "round %d event %d", round, i)
+			require.Equal(t, ids[0][i], r.ID, "round %d event %d", round, i)
+		}
+	}
+	stopFinisher()
+	require.NoError(t, <-finished)
+
+	require.EqualValues(t, rounds*keys*perRound, b.jobRowCount(t))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM (
+		SELECT 1 FROM ordered_jobs GROUP BY key, seq HAVING count(*) > 1) AS d`))
 }
 
 // ---------------------------------------------------------------------------------------------
