@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -652,12 +653,19 @@ func (b *bench) benchChurn(ctx context.Context) error {
 		}
 	}()
 	var autovacuum string
-	if err := q.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')`).Scan(&autovacuum); err != nil {
+	var naptime time.Duration
+	if err := q.pool.QueryRow(ctx, autovacuumSettingsSQL).Scan(&autovacuum, &naptime); err != nil {
 		return err
 	}
 	vacuumNote := ""
 	if autovacuum != "on" {
-		vacuumNote = "; autovacuum is off on this server: nothing reclaims dead tuples"
+		vacuumNote = fmt.Sprintf("; autovacuum is off on this server: the bench vacuums as it would, every %s", naptime)
+		stood := make(chan struct{})
+		go func() {
+			defer close(stood)
+			standInForAutovacuum(ctx2, q.pool, naptime)
+		}()
+		defer func() { cancel(); <-stood }()
 	}
 	windows := 5
 	window := s.churn / time.Duration(windows)
@@ -683,6 +691,54 @@ func (b *bench) benchChurn(ctx context.Context) error {
 
 // bucketQuantile estimates a quantile of the observations between two snapshots of a
 // histogram as the upper bound of the bucket that holds it.
+const (
+	autovacuumSettingsSQL = `SELECT current_setting('autovacuum'),
+	current_setting('autovacuum_naptime')::interval`
+
+	// The queue tables whose dead tuples passed their autovacuum threshold, from their own
+	// storage parameters (the shipped settings) or else the server's.
+	autovacuumDueSQL = `SELECT s.relname::text
+FROM pg_stat_user_tables AS s
+JOIN pg_class AS c ON c.oid = s.relid
+CROSS JOIN LATERAL (
+    SELECT coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_threshold'),
+                    current_setting('autovacuum_vacuum_threshold'))::float8 AS threshold,
+           coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_scale_factor'),
+                    current_setting('autovacuum_vacuum_scale_factor'))::float8 AS scale
+    FROM pg_options_to_table(c.reloptions) AS o) AS t
+WHERE s.relid IN (to_regclass('ordered_jobs'), to_regclass('ordered_keys'))
+  AND s.n_dead_tup > t.threshold + t.scale * greatest(c.reltuples, 0)`
+)
+
+// vacuumStatements are the only statements standInForAutovacuum runs, by table.
+var vacuumStatements = map[string]string{
+	"ordered_jobs": "VACUUM (ANALYZE) ordered_jobs",
+	"ordered_keys": "VACUUM (ANALYZE) ordered_keys",
+}
+
+// standInForAutovacuum does, on a server with autovacuum off, what autovacuum would do with the
+// queue's shipped settings: every naptime, vacuum the queue tables past their threshold.
+func standInForAutovacuum(ctx context.Context, pool *pgxpool.Pool, naptime time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(naptime):
+		}
+		rows, err := pool.Query(ctx, autovacuumDueSQL)
+		if err != nil {
+			return
+		}
+		due, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return
+		}
+		for _, table := range due {
+			_, _ = pool.Exec(ctx, vacuumStatements[table])
+		}
+	}
+}
+
 func bucketQuantile(prev, cur *dto.Histogram, q float64) float64 {
 	if cur == nil {
 		return 0
