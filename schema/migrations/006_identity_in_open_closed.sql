@@ -8,22 +8,29 @@
 -- finished jobs, and, between the two, the enqueue itself: it holds the key row locked (it
 -- writes it) before it looks the events up, so no other enqueue of the key inserts in
 -- between, and a REPEATABLE READ or SERIALIZABLE caller whose snapshot misses one fails to
--- write the key row. No other statement creates a job or gives one another (key, seq).
+-- write the key row. No other statement creates a job or gives one another (key, seq): jobs
+-- must be written through ordered_enqueue_events only, never inserted by hand.
 --
--- Building the two indexes blocks writes to the queue table while they build: a few seconds
--- on a million jobs.
+-- Locks: the index builds block writes to the queue table (SHARE) for a few hundred
+-- milliseconds per million jobs; the drops after them block reads too (ACCESS EXCLUSIVE)
+-- until the migration commits, a moment later. Both wait behind any open transaction that
+-- has touched the table, and claims queue behind them meanwhile: migrate when none is long.
 
 CREATE UNIQUE INDEX ordered_jobs_open_unique ON ordered_jobs (key, seq)
     WHERE status IN ('queued', 'running', 'blocked');
-DROP INDEX ordered_jobs_open;
-ALTER INDEX ordered_jobs_open_unique RENAME TO ordered_jobs_open;
-
 CREATE UNIQUE INDEX ordered_jobs_closed_unique ON ordered_jobs (key, seq)
     WHERE status IN ('done', 'failed');
+
+DROP INDEX ordered_jobs_open;
+ALTER INDEX ordered_jobs_open_unique RENAME TO ordered_jobs_open;
 DROP INDEX ordered_jobs_closed;
 ALTER INDEX ordered_jobs_closed_unique RENAME TO ordered_jobs_closed;
-
 ALTER TABLE ordered_jobs DROP CONSTRAINT ordered_jobs_seq_key;
+
+COMMENT ON INDEX ordered_jobs_open IS
+    'unique (key, seq) among open jobs; across open and finished jobs only ordered_enqueue_events keeps it unique: never insert jobs by hand';
+COMMENT ON INDEX ordered_jobs_closed IS
+    'unique (key, seq) among finished jobs; across open and finished jobs only ordered_enqueue_events keeps it unique: never insert jobs by hand';
 
 -- As in 004_enqueue_arrays.sql, but an event is looked up among the open jobs, then the
 -- finished ones, and the ids of new jobs come from the insert itself.
