@@ -20,26 +20,8 @@ func TestMigrateConcurrently(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, orderedtest.DatabaseURL())
-	require.NoError(t, err)
-	defer admin.Close(ctx)
 	const name = "ordered_migrate_concurrently"
-	ident := pgx.Identifier{name}.Sanitize()
-	_, err = admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE")
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+ident)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), orderedtest.DatabaseURL())
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+ident+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
+	admin := newSchema(ctx, t, name)
 
 	migrations, err := schema.Migrations()
 	require.NoError(t, err)
@@ -75,6 +57,103 @@ func TestMigrateConcurrently(t *testing.T) {
 	require.Equal(t, len(migrations), total, "each migration applied exactly once")
 
 	var recorded int
-	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+ident+".ordered_migrations").Scan(&recorded))
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name}.Sanitize()+".ordered_migrations").Scan(&recorded))
 	require.Equal(t, len(migrations), recorded)
+}
+
+// newSchema creates an empty schema, dropped when the test ends, and returns a connection to
+// its database (search_path not set).
+func newSchema(ctx context.Context, t *testing.T, name string) *pgx.Conn {
+	t.Helper()
+	admin, err := pgx.Connect(ctx, orderedtest.DatabaseURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	ident := pgx.Identifier{name}.Sanitize()
+	_, err = admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE")
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE SCHEMA "+ident)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), orderedtest.DatabaseURL())
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+ident+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return admin
+}
+
+// A queue made before 006 holds jobs in every state; after the upgrade, (key, seq) is unique
+// through the open and finished indexes alone, and re-sent events find the old jobs.
+func TestUpgradeTo006FindsEarlierJobsAsDuplicates(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const name = "ordered_upgrade_006"
+	newSchema(ctx, t, name)
+	cfg, err := pgxpool.ParseConfig(orderedtest.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	applied, err := schema.MigrateTo(ctx, pool, 5)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 3, 4, 5}, applied)
+	enqueue := func(events string) map[string][2]any { // key/seq -> id, duplicate
+		rows, err := pool.Query(ctx, `SELECT (e.v->>'key') || '/' || (e.v->>'seq'), r.id, r.duplicate
+			FROM ordered_enqueue($1::jsonb) AS r
+			JOIN jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(v, ord) ON e.ord = r.ord`, events)
+		require.NoError(t, err)
+		out := map[string][2]any{}
+		for rows.Next() {
+			var event string
+			var id int64
+			var duplicate bool
+			require.NoError(t, rows.Scan(&event, &id, &duplicate))
+			out[event] = [2]any{id, duplicate}
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	before := enqueue(`[{"key":"a","seq":1,"max_attempts":3},{"key":"a","seq":2,"max_attempts":3},
+		{"key":"b","seq":1,"max_attempts":3}]`)
+	// a/1 is claimed (as the claim does it) and completed.
+	var id, version int64
+	require.NoError(t, pool.QueryRow(ctx, `UPDATE ordered_jobs
+		SET status = 'running', claim_version = claim_version + 1, attempts = 1,
+		    attempted_at = now(), lease_until = now() + interval '1 hour'
+		WHERE key = 'a' AND seq = 1 RETURNING id, claim_version`).Scan(&id, &version))
+	_, err = pool.Exec(ctx, `SELECT ordered_jobs_complete(ARRAY[$1::bigint], ARRAY[$2::bigint])`, id, version)
+	require.NoError(t, err)
+
+	applied, err = schema.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{6}, applied)
+
+	var uniqueIndexes, seqKey int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_index WHERE indisunique AND indexrelid IN
+			(to_regclass('ordered_jobs_open'), to_regclass('ordered_jobs_closed'))),
+		(SELECT count(*) FROM pg_constraint WHERE conname = 'ordered_jobs_seq_key'
+			AND connamespace = current_schema()::regnamespace)`).Scan(&uniqueIndexes, &seqKey))
+	require.Equal(t, 2, uniqueIndexes)
+	require.Zero(t, seqKey)
+
+	after := enqueue(`[{"key":"a","seq":3,"max_attempts":3},{"key":"a","seq":1,"max_attempts":3},
+		{"key":"b","seq":1,"max_attempts":3},{"key":"a","seq":2,"max_attempts":3}]`)
+	require.Equal(t, [2]any{before["a/1"][0], true}, after["a/1"], "a done job")
+	require.Equal(t, [2]any{before["a/2"][0], true}, after["a/2"], "a queued job")
+	require.Equal(t, [2]any{before["b/1"][0], true}, after["b/1"], "a queued head")
+	require.Equal(t, false, after["a/3"][1])
+	var jobs, status string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*)::text,
+		(SELECT status FROM ordered_jobs WHERE key = 'a' AND seq = 1) FROM ordered_jobs`).Scan(&jobs, &status))
+	require.Equal(t, "4", jobs)
+	require.Equal(t, "done", status)
 }

@@ -1,0 +1,4 @@
+package schema
+
+// MigrateTo applies the migrations up to and including version last.
+var MigrateTo = migrateTo
