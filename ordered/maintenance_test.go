@@ -56,6 +56,27 @@ func TestArchiveDeletesDoneJobsInBatches(t *testing.T) {
 	require.Equal(t, int64(-1), late.LaterSeq)
 }
 
+// An event at or below a key's archived history is late because of the archive, also while a
+// later job of the key waits unstarted: the error names the archive, not that job.
+func TestEnqueueAtOrBelowArchivedHistoryNamesTheArchive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2)
+	j := b.claimOne(t, b.client)
+	require.EqualValues(t, 1, j.Seq)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	for _, seq := range []int64{1, 0} {
+		_, err = b.client.Enqueue(b.ctx, validEvent("k", seq))
+		requireLateEvent(t, err, "k", seq, -1)
+		require.Contains(t, err.Error(), "archived history")
+	}
+	require.EqualValues(t, 1, b.jobRowCount(t), "k/2 alone is left, queued")
+}
+
 // Beyond MaxBacklog queued jobs, enqueue fails with ErrBacklogFull and writes nothing.
 func TestAdmissionLimitRefusesBeyondMaxBacklog(t *testing.T) {
 	t.Parallel()

@@ -33,7 +33,8 @@ COMMENT ON INDEX ordered_jobs_closed IS
     'unique (key, seq) among finished jobs; across open and finished jobs only ordered_enqueue_events keeps it unique: never insert jobs by hand';
 
 -- As in 004_enqueue_arrays.sql, but an event is looked up among the open jobs, then the
--- finished ones, and the ids of new jobs come from the insert itself.
+-- finished ones, the ids of new jobs come from the insert itself, and an event late only
+-- because of the archive no longer names an unstarted later job as the one that started.
 CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[])
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
@@ -80,7 +81,11 @@ BEGIN
     -- start in seq order, so if that one has not, no later open job has). attempted_at, not
     -- attempts, marks a start: a replay resets the attempts of a job that did run. Checked
     -- for each key's lowest new event, which is late if any new event of the key is.
-    SELECT b.key, b.seq, coalesce(closed.seq, open.seq) AS later_seq INTO v_late
+    -- later_seq names the job that started, or is null when only the archive makes it late.
+    SELECT b.key, b.seq,
+           coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
+                                     THEN open.seq END) AS later_seq
+    INTO v_late
     FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
           FROM unnest(v_events) AS e
           WHERE e.existing_id IS NULL
