@@ -689,8 +689,6 @@ func (b *bench) benchChurn(ctx context.Context) error {
 	return nil
 }
 
-// bucketQuantile estimates a quantile of the observations between two snapshots of a
-// histogram as the upper bound of the bucket that holds it.
 const (
 	autovacuumSettingsSQL = `SELECT current_setting('autovacuum'),
 	current_setting('autovacuum_naptime')::interval`
@@ -739,6 +737,8 @@ func standInForAutovacuum(ctx context.Context, pool *pgxpool.Pool, naptime time.
 	}
 }
 
+// bucketQuantile estimates a quantile of the observations between two snapshots of a
+// histogram as the upper bound of the bucket that holds it.
 func bucketQuantile(prev, cur *dto.Histogram, q float64) float64 {
 	if cur == nil {
 		return 0
