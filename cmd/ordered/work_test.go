@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered/orderedtest"
@@ -345,10 +346,14 @@ func TestWorkMetricsAddr(t *testing.T) {
 		return jobStatesAre(q.Pool, "k/1 done attempts=1")
 	}, 10*time.Second, 20*time.Millisecond)
 
-	code, body := get("/metrics")
-	require.Equal(t, http.StatusOK, code, body)
-	require.Contains(t, body, "ordered_claims_total 1")
-	require.Contains(t, body, "ordered_completions_total 1")
+	// The completion counter moves when the completion statement returns, a moment after the
+	// job reads as done.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, body := get("/metrics")
+		assert.Equal(c, http.StatusOK, code, body)
+		assert.Contains(c, body, "ordered_claims_total 1")
+		assert.Contains(c, body, "ordered_completions_total 1")
+	}, 10*time.Second, 20*time.Millisecond)
 
 	w.signal(t, syscall.SIGTERM)
 	require.Zero(t, w.wait(t, 10*time.Second), w.stderr())
