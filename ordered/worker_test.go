@@ -279,7 +279,11 @@ func TestWorkerHandlerOutcomes(t *testing.T) {
 	require.Greater(t, wait, 50*time.Minute)
 
 	// Metrics after the known sequence: 4 claims, 1 completion, 2 retries, 1 blocking failure.
-	waitFor(t, 5*time.Second, "the metrics", func() bool { return metricValue(t, reg, "ordered_retries_total") == 2 })
+	// Counters move when the settling statements return, a moment after the rows read as settled.
+	waitFor(t, 5*time.Second, "the metrics", func() bool {
+		return metricValue(t, reg, "ordered_retries_total") == 2 &&
+			metricValue(t, reg, "ordered_completions_total") == 1
+	})
 	require.Equal(t, 4.0, metricValue(t, reg, "ordered_claims_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "ordered_completions_total"))
 	require.Equal(t, 1.0, metricValue(t, reg, "ordered_failures_total", "decision", "block"))
