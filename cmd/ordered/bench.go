@@ -74,6 +74,66 @@ var benchQuick = benchSizes{
 	handlers:    []int{8, 64},
 }
 
+// sizeFlag is one size of a bench run as a command-line flag.
+type sizeFlag struct {
+	name, usage string
+	value       any // *int, *time.Duration or *[]int into a benchSizes
+}
+
+// sizeFlags lists the flags of the sizes in s, in the same order for any s.
+func sizeFlags(s *benchSizes) []sizeFlag {
+	return []sizeFlag{
+		{"ceiling-time", "length of each ceiling measurement", &s.ceilingTime},
+		{"ceiling-clients", "ceiling concurrencies (the largest is the ratios' yardstick)", &s.concurrency},
+		{"many-jobs", "throughput (a): jobs", &s.many},
+		{"many-keys", "throughput (a): keys", &s.manyKeys},
+		{"ordered-keys", "throughput (b): keys", &s.orderedKeys},
+		{"per-key", "throughput (b): jobs per key", &s.per},
+		{"serial-jobs", "throughput (c): jobs of the one key", &s.serial},
+		{"handlers", "throughput: handler counts, one drain each", &s.handlers},
+		{"hot-small", "hot key: the small backlog", &s.hotSmall},
+		{"hot-big", "hot key: the big backlog", &s.hotBig},
+		{"hot-others", "hot key: other keys drained, one job each", &s.hotOthers},
+		{"deep-jobs", "deep backlog: queued jobs", &s.deepJobs},
+		{"deep-keys", "deep backlog: keys", &s.deepKs},
+		{"deep-time", "deep backlog: length of the measurement", &s.deepTime},
+		{"bulk-events", "bulk enqueue: events", &s.bulk},
+		{"single-time", "single-event enqueue: length of the measurement", &s.singleTime},
+		{"wake-samples", "wake-up: samples of each mode", &s.wakeSamples},
+		{"churn-rate", "churn: events/s", &s.churnRate},
+		{"duration", "churn: length of the run", &s.churn},
+	}
+}
+
+// applySizeFlags copies into base the sizes whose flags were set, and checks that each is
+// positive.
+func applySizeFlags(base *benchSizes, set *benchSizes, changed func(name string) bool) error {
+	into := sizeFlags(base)
+	for i, fl := range sizeFlags(set) {
+		if !changed(fl.name) {
+			continue
+		}
+		switch v := fl.value.(type) {
+		case *int:
+			if *v <= 0 {
+				return fmt.Errorf("--%s must be positive, got %d", fl.name, *v)
+			}
+			*into[i].value.(*int) = *v
+		case *time.Duration:
+			if *v <= 0 {
+				return fmt.Errorf("--%s must be positive, got %s", fl.name, *v)
+			}
+			*into[i].value.(*time.Duration) = *v
+		case *[]int:
+			if len(*v) == 0 || slices.Min(*v) <= 0 {
+				return fmt.Errorf("--%s must list positive numbers, got %v", fl.name, *v)
+			}
+			*into[i].value.(*[]int) = slices.Clone(*v)
+		}
+	}
+	return nil
+}
+
 // benchFigure is one line of the bench table.
 type benchFigure struct {
 	Name  string  `json:"name"`
@@ -95,11 +155,11 @@ type bench struct {
 
 func (a *app) benchCmd() *cobra.Command {
 	var (
-		quick    bool
-		asJSON   bool
-		duration time.Duration
-		only     []string
-		profile  string
+		quick   bool
+		asJSON  bool
+		only    []string
+		profile string
+		sizes   = benchFull // the size flags write here; see applySizeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -118,6 +178,9 @@ server on 127.0.0.1:5432, else a private cluster), each scenario in a fresh sche
   churn        --duration of steady enqueue+drain: claim latency, dead tuples and table size
                over time, with archival and the shipped autovacuum settings
 
+Every size is a flag (--many-jobs, --per-key, --hot-big, --handlers 8,64,1000, ...); the
+defaults shown are the full run's, and a size flag given with --quick overrides that one size
+of the quick set.
 --quick shrinks every size to finish in about a minute (a smoke test, not a measurement).
 The full run takes about 15 minutes, most of it loading the million-job backlogs.`,
 		Args: cobra.NoArgs,
@@ -126,8 +189,8 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 			if quick {
 				b.sizes = benchQuick
 			}
-			if duration > 0 {
-				b.sizes.churn = duration
+			if err := applySizeFlags(&b.sizes, &sizes, cmd.Flags().Changed); err != nil {
+				return err
 			}
 			if profile != "" {
 				f, err := os.Create(profile)
@@ -146,7 +209,16 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "small sizes, about a minute (smoke test)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.DurationVar(&duration, "duration", 0, "length of the churn run (default 5m, 4s with --quick)")
+	for _, fl := range sizeFlags(&sizes) {
+		switch v := fl.value.(type) {
+		case *int:
+			f.IntVar(v, fl.name, *v, fl.usage)
+		case *time.Duration:
+			f.DurationVar(v, fl.name, *v, fl.usage)
+		case *[]int:
+			f.IntSliceVar(v, fl.name, *v, fl.usage)
+		}
+	}
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	f.StringSliceVar(&only, "only", nil, "run only these scenarios (the ceiling always runs): "+strings.Join(benchScenarioNames, ","))
 	return cmd
