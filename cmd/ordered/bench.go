@@ -105,6 +105,22 @@ func sizeFlags(s *benchSizes) []sizeFlag {
 	}
 }
 
+// registerSizeFlags gives cmd a flag for each size, writing into sizes, with sizes' values as
+// the defaults.
+func registerSizeFlags(cmd *cobra.Command, sizes *benchSizes) {
+	f := cmd.Flags()
+	for _, fl := range sizeFlags(sizes) {
+		switch v := fl.value.(type) {
+		case *int:
+			f.IntVar(v, fl.name, *v, fl.usage)
+		case *time.Duration:
+			f.DurationVar(v, fl.name, *v, fl.usage)
+		case *[]int:
+			f.IntSliceVar(v, fl.name, *v, fl.usage)
+		}
+	}
+}
+
 // applySizeFlags copies into base the sizes whose flags were set, and checks that each is
 // positive.
 func applySizeFlags(base *benchSizes, set *benchSizes, changed func(name string) bool) error {
@@ -169,7 +185,7 @@ server on 127.0.0.1:5432, else a private cluster), each scenario in a fresh sche
 
   ceiling      single-row UPDATE commits/s at each concurrency (the yardstick for the ratios)
   throughput   enqueue then drain with a no-op handler: (a) 50,000 jobs over 10,000 keys,
-               (b) 1,000 keys x 50, (c) one key x 5,000, with 8 and 64 handlers
+               (b) 1,000 keys x 50, (c) one key x 5,000, with 8, 64 and 1,000 handlers
   hot key      other keys' drain rate with one key holding 1,000 vs 1,000,000 queued jobs
                behind a running head (flat means ratio >= 0.9)
   deep         claim latency p50/p99 and jobs/s with 1,000,000 jobs queued over 100,000 keys
@@ -182,7 +198,7 @@ Every size is a flag (--many-jobs, --per-key, --hot-big, --handlers 8,64,1000, .
 defaults shown are the full run's, and a size flag given with --quick overrides that one size
 of the quick set.
 --quick shrinks every size to finish in about a minute (a smoke test, not a measurement).
-The full run takes about 15 minutes, most of it loading the million-job backlogs.`,
+The full run takes 10 to 15 minutes, most of it loading the million-job backlogs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b := &bench{app: a, sizes: benchFull}
@@ -209,16 +225,7 @@ The full run takes about 15 minutes, most of it loading the million-job backlogs
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "small sizes, about a minute (smoke test)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	for _, fl := range sizeFlags(&sizes) {
-		switch v := fl.value.(type) {
-		case *int:
-			f.IntVar(v, fl.name, *v, fl.usage)
-		case *time.Duration:
-			f.DurationVar(v, fl.name, *v, fl.usage)
-		case *[]int:
-			f.IntSliceVar(v, fl.name, *v, fl.usage)
-		}
-	}
+	registerSizeFlags(cmd, &sizes)
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the bench process to this file")
 	f.StringSliceVar(&only, "only", nil, "run only these scenarios (the ceiling always runs): "+strings.Join(benchScenarioNames, ","))
 	return cmd
@@ -468,9 +475,9 @@ func (b *bench) benchThroughput(ctx context.Context) error {
 
 // benchHotKey drains the other keys with a small and a big backlog on one key behind a
 // running head. A drain of 1,000 jobs lasts about a tenth of a second, so each backlog is
-// measured in hotRounds drains of fresh other keys by one running worker, timed from the
-// enqueue's commit to the last handler's return (a worker's start-up is in neither), and the
-// median is kept.
+// measured in hotRounds drains of fresh other keys by one running worker, each timed from the
+// commit of the others' one enqueue batch to their last completion committed (a worker's
+// start-up is in neither), and the median is kept.
 func (b *bench) benchHotKey(ctx context.Context) error {
 	s := b.sizes
 	rates := map[int]float64{}
@@ -526,20 +533,17 @@ func (b *bench) hotKeyRate(ctx context.Context, backlog int) (float64, error) {
 
 	var rates []float64
 	for round := range hotRounds {
-		// The last round's completions are settled first, and the load's dirty pages written
-		// out: a million-row load would otherwise leave a checkpoint running through the drain.
-		for counterValue(reg, "ordered_completions_total") < float64(round*s.hotOthers) {
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			time.Sleep(time.Millisecond)
-		}
+		// Between rounds the table is vacuumed, analyzed and checkpointed: the backlog's load
+		// would otherwise leave a checkpoint running through the first drains.
 		_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys")
 		_, _ = q.pool.Exec(ctx, "CHECKPOINT")
 
 		target.Store(int64((round + 1) * s.hotOthers))
-		others := func(i int) string { return fmt.Sprintf("other-%d-%05d", round, i) }
-		if err := load(ctx, q.client, s.hotOthers, s.hotOthers, others); err != nil {
+		others := make([]ordered.Event, s.hotOthers)
+		for i := range others {
+			others[i] = ordered.Event{Key: fmt.Sprintf("other-%d-%05d", round, i), Payload: json.RawMessage(`{}`)}
+		}
+		if _, err := q.client.EnqueueMany(ctx, others); err != nil {
 			return 0, err
 		}
 		start := time.Now()
@@ -547,6 +551,13 @@ func (b *bench) hotKeyRate(ctx context.Context, backlog int) (float64, error) {
 		case <-drained:
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		}
+		// The last handler has been called; its completion commits with the next batch.
+		for counterValue(reg, "ordered_completions_total") < float64(target.Load()) {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			time.Sleep(100 * time.Microsecond)
 		}
 		rates = append(rates, float64(s.hotOthers)/time.Since(start).Seconds())
 	}
@@ -711,16 +722,22 @@ func (b *bench) benchChurn(ctx context.Context) error {
 
 	ctx2, cancel := context.WithTimeout(ctx, s.churn)
 	defer cancel()
-	go func() { // the producer: batches of 10 at the configured rate
+	go func() { // the producer: every 10 ms, the events due by then at the configured rate
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
-		perTick := max(s.churnRate/100, 1)
-		for i := 0; ctx2.Err() == nil; i++ {
+		start := time.Now()
+		var sent int64
+		for ctx2.Err() == nil {
 			<-tick.C
-			batch := make([]ordered.Event, perTick)
-			for j := range batch {
-				batch[j] = ordered.Event{Key: keyName(rand.IntN(1_000)), Seq: int64(i*perTick + j)}
+			due := int64(time.Since(start).Seconds() * float64(s.churnRate))
+			if due <= sent {
+				continue
 			}
+			batch := make([]ordered.Event, due-sent)
+			for j := range batch {
+				batch[j] = ordered.Event{Key: keyName(rand.IntN(1_000)), Seq: sent + int64(j)}
+			}
+			sent = due
 			_, _ = q.client.EnqueueMany(ctx2, batch)
 		}
 	}()
@@ -732,6 +749,9 @@ func (b *bench) benchChurn(ctx context.Context) error {
 	vacuumNote := ""
 	if autovacuum != "on" {
 		vacuumNote = fmt.Sprintf("; autovacuum is off on this server: the bench vacuums as it would, every %s", naptime)
+		if s.churn <= naptime {
+			vacuumNote += ", so not within a run this short"
+		}
 		stood := make(chan struct{})
 		go func() {
 			defer close(stood)
@@ -765,8 +785,9 @@ const (
 	autovacuumSettingsSQL = `SELECT current_setting('autovacuum'),
 	current_setting('autovacuum_naptime')::interval`
 
-	// The queue tables whose dead tuples passed their autovacuum threshold, from their own
-	// storage parameters (the shipped settings) or else the server's.
+	// The queue tables whose dead tuples or inserts since the last vacuum passed their
+	// autovacuum thresholds, from their own storage parameters (the shipped settings) or else
+	// the server's.
 	autovacuumDueSQL = `SELECT s.relname::text
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
@@ -774,10 +795,20 @@ CROSS JOIN LATERAL (
     SELECT coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_threshold'),
                     current_setting('autovacuum_vacuum_threshold'))::float8 AS threshold,
            coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_scale_factor'),
-                    current_setting('autovacuum_vacuum_scale_factor'))::float8 AS scale
+                    current_setting('autovacuum_vacuum_scale_factor'))::float8 AS scale,
+           coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_insert_threshold'),
+                    current_setting('autovacuum_vacuum_insert_threshold'))::float8 AS ins_threshold,
+           coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_insert_scale_factor'),
+                    current_setting('autovacuum_vacuum_insert_scale_factor'))::float8 AS ins_scale
     FROM pg_options_to_table(c.reloptions) AS o) AS t
 WHERE s.relid IN (to_regclass('ordered_jobs'), to_regclass('ordered_keys'))
-  AND s.n_dead_tup > t.threshold + t.scale * greatest(c.reltuples, 0)`
+  AND (s.n_dead_tup > t.threshold + t.scale * greatest(c.reltuples, 0)
+       OR s.n_ins_since_vacuum > t.ins_threshold + t.ins_scale * greatest(c.reltuples, 0))`
+
+	// A manual VACUUM is not throttled; autovacuum is, by these settings.
+	autovacuumCostSQL = `SELECT set_config('vacuum_cost_delay', current_setting('autovacuum_vacuum_cost_delay'), false),
+	set_config('vacuum_cost_limit', CASE current_setting('autovacuum_vacuum_cost_limit') WHEN '-1'
+	    THEN current_setting('vacuum_cost_limit') ELSE current_setting('autovacuum_vacuum_cost_limit') END, false)`
 )
 
 // vacuumStatements are the only statements standInForAutovacuum runs, by table.
@@ -787,7 +818,8 @@ var vacuumStatements = map[string]string{
 }
 
 // standInForAutovacuum does, on a server with autovacuum off, what autovacuum would do with the
-// queue's shipped settings: every naptime, vacuum the queue tables past their threshold.
+// queue's shipped settings: every naptime, vacuum (throttled as autovacuum is) the queue tables
+// past their thresholds. A pass that fails is skipped, as autovacuum would retry next time.
 func standInForAutovacuum(ctx context.Context, pool *pgxpool.Pool, naptime time.Duration) {
 	for {
 		select {
@@ -795,18 +827,36 @@ func standInForAutovacuum(ctx context.Context, pool *pgxpool.Pool, naptime time.
 			return
 		case <-time.After(naptime):
 		}
-		rows, err := pool.Query(ctx, autovacuumDueSQL)
-		if err != nil {
-			return
-		}
-		due, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return
-		}
-		for _, table := range due {
-			_, _ = pool.Exec(ctx, vacuumStatements[table])
+		_ = vacuumDue(ctx, pool)
+	}
+}
+
+// vacuumDue runs one pass of standInForAutovacuum on a connection of its own.
+func vacuumDue(ctx context.Context, pool *pgxpool.Pool) error {
+	pooled, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The cost settings stay with the session, so it is taken from the pool and closed after.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	if _, err := conn.Exec(ctx, autovacuumCostSQL); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, autovacuumDueSQL)
+	if err != nil {
+		return err
+	}
+	due, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, table := range due {
+		if _, err := conn.Exec(ctx, vacuumStatements[table]); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // bucketQuantile estimates a quantile of the observations between two snapshots of a
