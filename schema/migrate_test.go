@@ -132,7 +132,7 @@ func TestUpgradeTo006FindsEarlierJobsAsDuplicates(t *testing.T) {
 	_, err = pool.Exec(ctx, `SELECT ordered_jobs_complete(ARRAY[$1::bigint], ARRAY[$2::bigint])`, id, version)
 	require.NoError(t, err)
 
-	applied, err = schema.Migrate(ctx, pool)
+	applied, err = schema.MigrateTo(ctx, pool, 6)
 	require.NoError(t, err)
 	require.Equal(t, []int{6}, applied)
 
