@@ -18,8 +18,10 @@ const (
 // completer settles a worker's successful attempts in batches, like a group commit: the jobs
 // whose handlers return while the batches in flight run go together in the next. There is no
 // timer: an idle worker completes a job at once, a busy one in batches as large as what
-// finished during one round trip. In the same round trip it claims the next job of each key it
-// completed, for the slot that job just freed, while the worker is fetching.
+// finished during one round trip. A job waits for its batch without a handler slot, so while
+// batches are in flight the worker's slots run other jobs, and batches grow (up to
+// unsettledMax jobs wait at once). In the same round trip a batch claims the next job of each
+// key it completed, while the worker is fetching; that job runs in the next free slot.
 type completer struct {
 	w       *Worker
 	mu      sync.Mutex
@@ -36,7 +38,7 @@ type completion struct {
 
 type completionResult struct {
 	err error
-	// next is the key's next job, claimed for the completed job's slot.
+	// next is the key's next job, claimed by the batch.
 	next *Job
 }
 

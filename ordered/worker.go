@@ -74,9 +74,18 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	schema  string
-	wake    chan struct{}
-	running atomic.Int64
+	schema string
+	wake   chan struct{}
+	// slots holds a token per handler running; its capacity is cfg.Workers.
+	slots chan struct{}
+	// waiting counts the jobs claimed whose handler has not started: they will take slots.
+	waiting atomic.Int64
+	// unsettled counts the jobs whose handler succeeded and whose completion waits for its
+	// batch; they hold no slot.
+	unsettled atomic.Int64
+	// moreReady is set when the last claim took all it asked for: more jobs may be ready, so
+	// a slot that frees up is worth a claim.
+	moreReady atomic.Bool
 
 	startOnce   sync.Once
 	stopOnce    sync.Once
@@ -122,7 +131,7 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	}
 	return &Worker{
 		client: c, handler: h, cfg: wc, log: c.cfg.Logger, metrics: m,
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		wake: make(chan struct{}, 1), slots: make(chan struct{}, wc.Workers), stopped: make(chan struct{}),
 	}, nil
 }
 
@@ -141,7 +150,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		base := context.WithoutCancel(ctx)
 		w.fetchCtx, w.fetchCancel = context.WithCancel(base)
 		w.workCtx, w.workCancel = context.WithCancelCause(base)
-		w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers)
+		// A job's goroutine lives from its claim until its outcome is settled; freeSlots
+		// bounds how many there are, and this only backs it up.
+		w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers + unsettledMax + ClaimBatchMax)
 		w.completer = newCompleter(w)
 		go w.completer.run()
 		w.loops.Go(func() { w.fetchLoop(w.fetchCtx) })
@@ -225,9 +236,10 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 			return
 		}
 		wait := jitter(w.cfg.PollInterval)
-		if free := w.cfg.Workers - int(w.running.Load()); free > 0 {
+		if free := w.freeSlots(); free > 0 {
 			want := min(free, ClaimBatchMax)
 			n, err := w.fetch(ctx, want)
+			w.moreReady.Store(err == nil && n == want)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				// The wake-up that led here is spent: try again soon, not at the next poll.
@@ -263,11 +275,22 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	w.waiting.Add(int64(len(jobs)))
 	for _, job := range jobs {
-		w.running.Add(1)
 		w.jobs.Go(func() { w.run(job) })
 	}
 	return len(jobs), nil
+}
+
+// unsettledMax bounds a worker's unsettled jobs: what its completion batches in flight hold.
+// Beyond it the worker claims no more until some are settled.
+const unsettledMax = CompleteBatchMax * completeFlushesMax
+
+// freeSlots is how many more jobs the worker may claim now: slots no handler holds and no
+// claimed job waits for, within the bound of unsettled jobs.
+func (w *Worker) freeSlots() int {
+	return min(w.cfg.Workers-len(w.slots)-int(w.waiting.Load()),
+		unsettledMax-int(w.unsettled.Load()))
 }
 
 // accept applies this worker's attempt cap to a job it claimed, and counts the claim.
@@ -284,30 +307,30 @@ func (w *Worker) accept(job *Job) {
 	}
 }
 
-// run holds one of the worker's slots: it executes job, then the next jobs of its key that
-// the completions claimed for this slot.
+// run executes job, then the next jobs of its key that the completions claimed, from claim to
+// settled outcome.
 func (w *Worker) run(job *Job) {
-	defer func() {
-		w.running.Add(-1)
-		w.signal() // a slot is free, and the key's next job may be ready
-	}()
+	defer w.signal() // the key's next job may be ready for a claim
 	for job != nil {
 		w.accept(job)
 		job = w.execute(job)
 	}
 }
 
-// execute runs one claimed job: handler, heartbeat, then its outcome. It returns the key's
+// execute runs one claimed job: heartbeat, handler, then its outcome. The handler runs in one
+// of the worker's slots, taken when it starts and given back when it returns: a job waits for
+// its completion batch without one, so handlers never wait for commits. It returns the key's
 // next job if the completion claimed it.
 func (w *Worker) execute(job *Job) (next *Job) {
-	if w.workCtx.Err() != nil {
-		// StopAndCancel came before the job started (its claim was in flight): give it back
-		// with its attempt not counted, rather than run it with a cancelled context.
-		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		defer cancel()
-		if err := w.client.releaseUnrun(ctx, job); err != nil && !errors.Is(err, ErrLeaseLost) {
-			w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
+	started := false
+	defer func() {
+		if !started {
+			w.waiting.Add(-1)
 		}
+	}()
+	if w.workCtx.Err() != nil {
+		// StopAndCancel came before the job started (its claim was in flight).
+		w.giveBackUnrun(job)
 		return nil
 	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)
@@ -331,8 +354,32 @@ func (w *Worker) execute(job *Job) (next *Job) {
 		heartbeat.Wait()
 	}()
 
+	// A slot for the handler; the heartbeat keeps the lease while the job waits for one.
+	slotted := false
+	select {
+	case w.slots <- struct{}{}:
+		slotted = true
+	case <-ctx.Done():
+	}
+	if ctx.Err() != nil {
+		if slotted {
+			<-w.slots
+		}
+		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+			w.lostOwnership(job, nil)
+		} else {
+			w.giveBackUnrun(job) // StopAndCancel
+		}
+		return nil
+	}
+	started = true
+	w.waiting.Add(-1)
 	start := time.Now()
 	completed, err := callHandler(ctx, w.handler, w.client, job)
+	<-w.slots
+	if w.moreReady.Load() {
+		w.signal() // a free slot and, as far as the last claim knows, a ready job for it
+	}
 	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
 
 	if completed && err == nil {
@@ -347,7 +394,14 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	}
 	if err == nil {
 		returned := time.Now()
+		w.unsettled.Add(1)
 		r := w.completer.complete(job)
+		if r.next != nil {
+			w.waiting.Add(1) // before unsettled falls, so the claimable count never overshoots
+		}
+		if w.unsettled.Add(-1) == unsettledMax-1 {
+			w.signal() // below the bound of unsettled jobs again
+		}
 		w.metrics.completionDuration.Observe(time.Since(returned).Seconds())
 		switch {
 		case r.err == nil:
@@ -364,6 +418,16 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	defer cancelSettle()
 	w.settle(settleCtx, job, err)
 	return nil
+}
+
+// giveBackUnrun releases a job claimed but not started, its attempt not counted, rather than
+// run it with a cancelled context.
+func (w *Worker) giveBackUnrun(job *Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := w.client.releaseUnrun(ctx, job); err != nil && !errors.Is(err, ErrLeaseLost) {
+		w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
+	}
 }
 
 // heartbeat renews the job's lease until done. A lost claim cancels the handler; so does a
