@@ -252,6 +252,9 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 			case err == nil:
 				failures = 0
 			}
+		} else {
+			// A wake-up that finds no capacity is not spent: the next freed slot claims.
+			w.moreReady.Store(true)
 		}
 		timer.Reset(wait)
 		select {
@@ -289,8 +292,10 @@ const unsettledMax = CompleteBatchMax * completeFlushesMax
 // freeSlots is how many more jobs the worker may claim now: slots no handler holds and no
 // claimed job waits for, within the bound of unsettled jobs.
 func (w *Worker) freeSlots() int {
-	return min(w.cfg.Workers-len(w.slots)-int(w.waiting.Load()),
-		unsettledMax-int(w.unsettled.Load()))
+	// waiting first: a starting job takes its slot before it leaves waiting, so it is
+	// counted twice rather than missed.
+	waiting := int(w.waiting.Load())
+	return min(w.cfg.Workers-len(w.slots)-waiting, unsettledMax-int(w.unsettled.Load()))
 }
 
 // accept applies this worker's attempt cap to a job it claimed, and counts the claim.
@@ -330,7 +335,7 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	}()
 	if w.workCtx.Err() != nil {
 		// StopAndCancel came before the job started (its claim was in flight).
-		w.giveBackUnrun(job)
+		_ = w.giveBackUnrun(job)
 		return nil
 	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)
@@ -361,14 +366,24 @@ func (w *Worker) execute(job *Job) (next *Job) {
 		slotted = true
 	case <-ctx.Done():
 	}
-	if ctx.Err() != nil {
+	releaseSlot := func() {
 		if slotted {
+			slotted = false
 			<-w.slots
+			if w.moreReady.Load() {
+				w.signal() // a free slot and, as far as the last claim knows, a ready job for it
+			}
 		}
-		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+	}
+	// The slot is given back once the outcome is settled (a failure waiting for its key keeps
+	// it, so the worker claims no more meanwhile), at once by a success that waits for its
+	// batch, and also by a handler that ends its goroutine (runtime.Goexit).
+	defer releaseSlot()
+	if ctx.Err() != nil {
+		// StopAndCancel, or the lease given up on while the job waited for a slot: it never
+		// ran, so it goes back with its attempt not counted if the claim still holds.
+		if err := w.giveBackUnrun(job); errors.Is(err, ErrLeaseLost) {
 			w.lostOwnership(job, nil)
-		} else {
-			w.giveBackUnrun(job) // StopAndCancel
 		}
 		return nil
 	}
@@ -376,10 +391,6 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	w.waiting.Add(-1)
 	start := time.Now()
 	completed, err := callHandler(ctx, w.handler, w.client, job)
-	<-w.slots
-	if w.moreReady.Load() {
-		w.signal() // a free slot and, as far as the last claim knows, a ready job for it
-	}
 	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
 
 	if completed && err == nil {
@@ -395,6 +406,7 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	if err == nil {
 		returned := time.Now()
 		w.unsettled.Add(1)
+		releaseSlot()
 		r := w.completer.complete(job)
 		if r.next != nil {
 			w.waiting.Add(1) // before unsettled falls, so the claimable count never overshoots
@@ -421,13 +433,15 @@ func (w *Worker) execute(job *Job) (next *Job) {
 }
 
 // giveBackUnrun releases a job claimed but not started, its attempt not counted, rather than
-// run it with a cancelled context.
-func (w *Worker) giveBackUnrun(job *Job) {
+// run it with a cancelled context. ErrLeaseLost: the claim was no longer current.
+func (w *Worker) giveBackUnrun(job *Job) error {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	if err := w.client.releaseUnrun(ctx, job); err != nil && !errors.Is(err, ErrLeaseLost) {
+	err := w.client.releaseUnrun(ctx, job)
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
 	}
+	return err
 }
 
 // heartbeat renews the job's lease until done. A lost claim cancels the handler; so does a

@@ -1,0 +1,343 @@
+package ordered_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// A worker's slots are taken by handlers only: a job whose handler succeeded waits for its
+// completion batch without one. These tests hold completions and failures up at the
+// database (an open enqueue transaction of their keys) to see what the slots do meanwhile.
+
+// statementsBlockedBy counts this test's statements whose text has pattern and that wait for
+// a lock the session of tx holds.
+func (b *testBundle) statementsBlockedBy(t *testing.T, tx pgx.Tx, pattern string) int {
+	t.Helper()
+	var holder, n int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%' || $2 || '%'`, holder, pattern).Scan(&n))
+	return n
+}
+
+// holdKeys enqueues seq to each key in a transaction left open (rolled back when the test
+// ends): completions and failures of those keys wait for it.
+func (b *testBundle) holdKeys(t *testing.T, c *ordered.Client, seq int64, keys ...string) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	for _, k := range keys {
+		_, err = c.EnqueueTx(b.ctx, tx, ordered.Event{Key: k, Seq: seq})
+		require.NoError(t, err)
+	}
+	return tx
+}
+
+// A handler's slot is free as soon as it returns: the job waits for its completion batch
+// without one. With one slot and a completion held up at the database (an open enqueue of
+// its key), other keys' jobs still run, and the held-up key goes on in order afterwards.
+func TestWorkerHandlersDoNotWaitForCompletions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1)
+	var mu sync.Mutex
+	var ran []string
+	release := make(chan struct{})
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		if j.Key == "a" && j.Seq == 1 {
+			<-release
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, fmt.Sprintf("%s/%d", j.Key, j.Seq))
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 50 * time.Millisecond})
+	waitFor(t, 10*time.Second, "a/1 running", func() bool { return b.countStatus(t, "running") == 1 })
+
+	// a/2 is enqueued in a transaction left open: a/1's completion waits for it.
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: "a", Seq: 2})
+	require.NoError(t, err)
+	close(release)
+	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+
+	for i := range 5 {
+		b.enqueue(t, fmt.Sprintf("b%d", i), 1)
+	}
+	waitFor(t, 10*time.Second, "the other keys done while a/1's completion waits", func() bool {
+		return b.countStatus(t, "done") == 5
+	})
+	require.Positive(t, b.completionsBlockedBy(t, tx), "a/1's completion stopped waiting")
+
+	require.NoError(t, tx.Commit(b.ctx))
+	waitFor(t, 10*time.Second, "key a drained", func() bool { return b.countStatus(t, "done") == 7 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, "a/1", ran[0])
+	require.Equal(t, "a/2", ran[len(ran)-1])
+}
+
+// However fast handlers return and however many completions are in flight, no more handlers
+// run at once than the worker has slots.
+func TestWorkerRunsAtMostWorkersHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const slots, keys, per = 3, 40, 5
+	evs := make([]ordered.Event, 0, keys*per)
+	for seq := range per {
+		for k := range keys {
+			evs = append(evs, ordered.Event{Key: fmt.Sprintf("k%02d", k), Seq: int64(seq)})
+		}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, evs)
+	require.NoError(t, err)
+	var running, most atomic.Int64
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	}), &ordered.WorkerConfig{Workers: slots, PollInterval: 50 * time.Millisecond})
+	waitFor(t, 30*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == keys*per })
+	require.LessOrEqual(t, most.Load(), int64(slots))
+	require.Equal(t, int64(slots), most.Load(), "the slots were never all used: the bound went untested")
+}
+
+// A failure keeps its slot until it is settled: a worker whose failures wait at the database
+// claims no more jobs meanwhile (each would hold a connection in the same wait).
+func TestWorkerFailureKeepsItsSlotWhileItSettles(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+		b.enqueue(t, keys[i], 1)
+	}
+	tx := b.holdKeys(t, b.client, 2, keys...)
+	var handled atomic.Int64
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		handled.Add(1)
+		return ordered.Permanent(errors.New("poison"))
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 10*time.Second, "the first failure waiting for its key", func() bool {
+		return b.statementsBlockedBy(t, tx, "ordered_job_fail") > 0
+	})
+	// Long enough for many polls: a worker that had given the slot back would have claimed
+	// and run the other nine by now.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, int64(1), handled.Load())
+	require.Equal(t, 1, b.countStatus(t, "running"))
+
+	require.NoError(t, tx.Rollback(b.ctx))
+	waitFor(t, 10*time.Second, "every key failed", func() bool { return b.countStatus(t, "blocked") == len(keys) })
+}
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow does) gives its slot back.
+func TestWorkerHandlerGoexitGivesBackItsSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1)
+	ranB := make(chan struct{})
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		if j.Key == "a" {
+			runtime.Goexit()
+		}
+		close(ranB)
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 10*time.Second, "a/1 claimed", func() bool { return b.countStatus(t, "running") == 1 })
+	b.enqueue(t, "b", 1)
+	select {
+	case <-ranB:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b/1 never ran: a/1's handler kept the only slot")
+	}
+}
+
+// A wake-up that finds every slot taken is not lost: the next slot that frees up claims.
+// One slot runs a long key (each job's successor comes from its completion, not a claim);
+// another key's job enqueued meanwhile starts at the next handler return, not when the
+// long key runs out (the poll is an hour).
+func TestWorkerWakeUpWhileFullIsNotLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const chain = 40
+	seqs := make([]int64, chain)
+	for i := range seqs {
+		seqs[i] = int64(i + 1)
+	}
+	b.enqueue(t, "a", seqs...)
+	inA3 := make(chan struct{})
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var ran []string
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		if j.Key == "a" && j.Seq == 3 {
+			close(inA3)
+			<-gate
+		}
+		if j.Key == "a" {
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, fmt.Sprintf("%s/%d", j.Key, j.Seq))
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
+	<-inA3
+	b.enqueue(t, "b", 1)
+	time.Sleep(300 * time.Millisecond) // the notification arrives while the only slot is taken
+	close(gate)
+	waitFor(t, 30*time.Second, "both keys done", func() bool { return b.countStatus(t, "done") == chain+1 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEqual(t, "b/1", ran[len(ran)-1], "b/1 waited for key a to run out: %v", ran)
+}
+
+// A key's next job that waits for a slot (a long handler holds the only one) keeps its lease:
+// no other client can take it, and it runs once, on its first attempt.
+func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	ids := b.enqueue(t, "a", 1, 2)
+	tx := b.holdKeys(t, c, 3, "a")
+	bRunning := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var ran []string
+	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		mu.Lock()
+		ran = append(ran, fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt))
+		mu.Unlock()
+		if j.Key == "b" {
+			close(bRunning)
+			<-release
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+	b.enqueue(t, "b", 1)
+	<-bRunning
+	require.NoError(t, tx.Commit(b.ctx)) // a/1 completes and claims a/2, which waits for b's slot
+	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, ids[1]) == "running" })
+
+	other := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	for deadline := time.Now().Add(1800 * time.Millisecond); time.Now().Before(deadline); {
+		jobs, err := other.Claim(b.ctx, 10)
+		require.NoError(t, err)
+		require.Empty(t, jobs, "another client took %v: a/2's lease lapsed while it waited", describe(jobs))
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == 4 })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"a/1#1", "b/1#1", "a/2#1", "a/3#1"}, ran)
+}
+
+// StopAndCancel while a claimed job waits for a slot: it is given back unrun, its attempt not
+// counted.
+func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "a", 1, 2)
+	tx := b.holdKeys(t, b.client, 3, "a")
+	bRunning := make(chan struct{})
+	var ranA2 atomic.Bool
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		if j.Key == "b" {
+			close(bRunning)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		if j.Seq == 2 {
+			ranA2.Store(true)
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+	b.enqueue(t, "b", 1)
+	<-bRunning
+	require.NoError(t, tx.Commit(b.ctx))
+	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, ids[1]) == "running" })
+	require.NoError(t, w.StopAndCancel(b.ctx))
+
+	require.False(t, ranA2.Load(), "a/2 ran after StopAndCancel")
+	var status string
+	var attempts int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&status, &attempts))
+	require.Equal(t, "queued", status)
+	require.Equal(t, 0, attempts)
+}
+
+// A job whose claim is lost while it waits for a slot never runs, and its wait leaves no slot
+// taken.
+func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	ids := b.enqueue(t, "a", 1, 2)
+	tx := b.holdKeys(t, c, 3, "a")
+	bRunning := make(chan struct{})
+	release := make(chan struct{})
+	var ranA2, ranC atomic.Int64
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		switch {
+		case j.Key == "b":
+			close(bRunning)
+			<-release
+		case j.Key == "a" && j.Seq == 2:
+			ranA2.Add(1)
+		case j.Key == "c":
+			ranC.Add(1)
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, Registerer: reg})
+	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+	b.enqueue(t, "b", 1)
+	<-bRunning
+	require.NoError(t, tx.Commit(b.ctx))
+	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, ids[1]) == "running" })
+
+	// Another client takes a/2 over; the waiting job's next renewal finds its claim lost.
+	b.expireLease(t, ids[1])
+	stolen := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], stolen.ID)
+	waitFor(t, 10*time.Second, "the lost claim noticed", func() bool {
+		return metricValue(t, reg, "ordered_lost_ownership_total") == 1
+	})
+	close(release)
+	b.enqueue(t, "c", 1)
+	waitFor(t, 10*time.Second, "c/1 run in the only slot", func() bool { return ranC.Load() == 1 })
+	require.Equal(t, int64(0), ranA2.Load(), "a/2 ran although its claim was lost")
+	require.NoError(t, b.client.Complete(b.ctx, stolen))
+}
