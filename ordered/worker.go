@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,7 +249,14 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 				w.log.ErrorContext(ctx, "ordered: claim failed", "error", err)
 			case err == nil && n == want:
 				failures = 0
-				continue // there may be more
+				// There may be more. The jobs just claimed count against the free slots
+				// until they start: let them start (and quick ones finish) first, or the
+				// next claim asks for only what is left, and a worker with few slots and
+				// quick handlers spends its time on small claims (measured with 8 slots
+				// and keys of 5 jobs: 4 jobs a claim and 17,700-18,400 jobs/s without
+				// this; 6.3 and 21,100-22,600 with it).
+				runtime.Gosched()
+				continue
 			case err == nil:
 				failures = 0
 			}
