@@ -122,6 +122,20 @@ func TestWorkerRunsAtMostWorkersHandlers(t *testing.T) {
 	require.Equal(t, int64(slots), most.Load(), "the slots were never all used: the bound went untested")
 }
 
+// parkNextJob makes key a's next job (id a2) wait for the only slot of a running worker:
+// a/1's completion waits for tx, b/1 (enqueued here) takes the slot, and its handler signals
+// bRunning and holds on; then tx commits, and a/1's completion claims a/2.
+func (b *testBundle) parkNextJob(t *testing.T, tx pgx.Tx, bRunning <-chan struct{}, a2 int64) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+	b.enqueue(t, "b", 1)
+	<-bRunning
+	require.NoError(t, tx.Commit(b.ctx))
+	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, a2) == "running" })
+}
+
 // A failure keeps its slot until it is settled: a worker whose failures wait at the database
 // claims no more jobs meanwhile (each would hold a connection in the same wait).
 func TestWorkerFailureKeepsItsSlotWhileItSettles(t *testing.T) {
@@ -235,13 +249,7 @@ func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 		}
 		return nil
 	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
-	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
-		return b.completionsBlockedBy(t, tx) > 0
-	})
-	b.enqueue(t, "b", 1)
-	<-bRunning
-	require.NoError(t, tx.Commit(b.ctx)) // a/1 completes and claims a/2, which waits for b's slot
-	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, ids[1]) == "running" })
+	b.parkNextJob(t, tx, bRunning, ids[1])
 
 	other := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
 	for deadline := time.Now().Add(1800 * time.Millisecond); time.Now().Before(deadline); {
@@ -279,13 +287,7 @@ func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
 	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(b.ctx))
-	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
-		return b.completionsBlockedBy(t, tx) > 0
-	})
-	b.enqueue(t, "b", 1)
-	<-bRunning
-	require.NoError(t, tx.Commit(b.ctx))
-	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, ids[1]) == "running" })
+	b.parkNextJob(t, tx, bRunning, ids[1])
 	require.NoError(t, w.StopAndCancel(b.ctx))
 
 	require.False(t, ranA2.Load(), "a/2 ran after StopAndCancel")
@@ -320,13 +322,7 @@ func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 		}
 		return nil
 	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, Registerer: reg})
-	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
-		return b.completionsBlockedBy(t, tx) > 0
-	})
-	b.enqueue(t, "b", 1)
-	<-bRunning
-	require.NoError(t, tx.Commit(b.ctx))
-	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, ids[1]) == "running" })
+	b.parkNextJob(t, tx, bRunning, ids[1])
 
 	// Another client takes a/2 over; the waiting job's next renewal finds its claim lost.
 	b.expireLease(t, ids[1])
