@@ -59,14 +59,30 @@ func BenchmarkClaimComplete(b *testing.B) {
 
 // BenchmarkClaimCompleteMany64 claims 64 jobs of distinct keys in one statement and completes
 // them in one; b.N counts jobs.
-func BenchmarkClaimCompleteMany64(b *testing.B) {
+func BenchmarkClaimCompleteMany64(b *testing.B) { benchClaimCompleteMany(b, 64) }
+
+// BenchmarkClaimCompleteMany500 completes batches of 500, a worker's largest: the cost of a
+// completion must stay linear in its batch.
+func BenchmarkClaimCompleteMany500(b *testing.B) { benchClaimCompleteMany(b, 500) }
+
+// benchClaimCompleteMany claims up to batch jobs of distinct keys (in claims of up to
+// ordered.ClaimBatchMax) and completes them in one statement; b.N counts jobs.
+func benchClaimCompleteMany(b *testing.B, batch int) {
 	bb := setup(b, nil)
-	_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(max(b.N, 64), 1_000, 0))
+	_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(max(b.N, batch), 1_000, 0))
 	require.NoError(b, err)
 	b.ResetTimer()
 	for done := 0; done < b.N; {
-		jobs, err := bb.client.Claim(bb.ctx, min(64, b.N-done))
-		require.NoError(b, err)
+		var jobs []*ordered.Job
+		for want := min(batch, b.N-done); len(jobs) < want; {
+			n := min(ordered.ClaimBatchMax, want-len(jobs))
+			claimed, err := bb.client.Claim(bb.ctx, n)
+			require.NoError(b, err)
+			jobs = append(jobs, claimed...)
+			if len(claimed) < n {
+				break // every ready head is taken; their keys go on when these complete
+			}
+		}
 		require.NotEmpty(b, jobs)
 		lost, err := bb.client.CompleteMany(bb.ctx, jobs)
 		require.NoError(b, err)
