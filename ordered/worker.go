@@ -44,7 +44,10 @@ const (
 
 // WorkerConfig configures a Worker. Zero fields take their defaults.
 type WorkerConfig struct {
-	// Workers is how many handlers run at once. Default WorkersDefault.
+	// Workers is how many handlers run at once. Default WorkersDefault. A job whose handler
+	// succeeded waits for its completion batch without taking one of them (its lease is
+	// renewed meanwhile); up to about 1,000 such jobs per worker run again after their leases
+	// expire if the process dies before their batches commit.
 	Workers int
 	// PollInterval is how often an idle worker looks for work when no notification wakes it
 	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
