@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -336,4 +337,81 @@ func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 	waitFor(t, 10*time.Second, "c/1 run in the only slot", func() bool { return ranC.Load() == 1 })
 	require.Equal(t, int64(0), ranA2.Load(), "a/2 ran although its claim was lost")
 	require.NoError(t, b.client.Complete(b.ctx, stolen))
+}
+
+// A worker whose handlers return faster than a claim's round trip claims jobs ahead of its
+// slots: they wait for a slot with their leases held, then run. One whose handlers are slower
+// than a claim takes only what it can start: a job it cannot start stays for other workers.
+func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		warmups int
+		handle  time.Duration // each warm-up job's handler time: what the worker learns
+		ahead   bool
+	}{
+		{name: "quick handlers", warmups: 20, handle: 0, ahead: true},
+		{name: "slow handlers", warmups: 3, handle: 200 * time.Millisecond, ahead: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			for i := range tc.warmups {
+				b.enqueue(t, fmt.Sprintf("warm%02d", i), 1)
+			}
+			inGate := make(chan struct{})
+			gate := make(chan struct{})
+			var mu sync.Mutex
+			ran := map[string]int{}
+			startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+				mu.Lock()
+				ran[fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt)]++
+				mu.Unlock()
+				switch {
+				case j.Key == "gate":
+					close(inGate)
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				case strings.HasPrefix(j.Key, "warm"):
+					time.Sleep(tc.handle)
+				}
+				return nil
+			}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+			waitFor(t, 30*time.Second, "the warm-up jobs done", func() bool { return b.countStatus(t, "done") == tc.warmups })
+
+			b.enqueue(t, "gate", 1) // takes the only slot and holds it
+			<-inGate
+			others := []string{"k1", "k2", "k3"}
+			for _, k := range others {
+				b.enqueue(t, k, 1)
+			}
+			if tc.ahead {
+				waitFor(t, 10*time.Second, "the other keys claimed ahead of the slot", func() bool {
+					return b.countStatus(t, "running") == 1+len(others)
+				})
+			} else {
+				time.Sleep(300 * time.Millisecond) // many polls and a notification
+				require.Equal(t, 1, b.countStatus(t, "running"), "jobs were claimed ahead of a slow handler")
+				other := b.newClient(t, nil)
+				jobs, err := other.Claim(b.ctx, 10)
+				require.NoError(t, err)
+				require.Len(t, jobs, len(others), "another worker could not have the jobs: %v", describe(jobs))
+				for _, j := range jobs {
+					require.NoError(t, other.Complete(b.ctx, j))
+				}
+			}
+			close(gate)
+			waitFor(t, 10*time.Second, "every job done", func() bool {
+				return b.countStatus(t, "done") == tc.warmups+1+len(others)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			for run, n := range ran {
+				require.Equal(t, 1, n, "%s ran %d times", run, n)
+				require.True(t, strings.HasSuffix(run, "#1"), "%s: not on its first attempt", run)
+			}
+		})
+	}
 }
