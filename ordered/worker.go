@@ -47,9 +47,9 @@ type WorkerConfig struct {
 	// Workers is how many handlers run at once. Default WorkersDefault. A job whose handler
 	// succeeded waits for its completion batch without taking one of them (its lease is
 	// renewed meanwhile); up to about 1,000 such jobs per worker run again after their leases
-	// expire if the process dies before their batches commit. While handlers return faster
-	// than a claim's round trip, the worker also claims what its handlers get through during
-	// one (at most ClaimBatchMax jobs) ahead of free slots; they wait for one, leases renewed.
+	// expire if the process dies before their batches commit. While handlers hold their slots
+	// for less time than a claim's round trip takes, the worker claims up to one job a slot
+	// ahead; such a job waits for a slot, its lease renewed.
 	Workers int
 	// PollInterval is how often an idle worker looks for work when no notification wakes it
 	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
@@ -177,8 +177,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	return err
 }
 
-// Stop stops fetching new jobs and waits for the running ones to finish and be settled. If
-// ctx ends first, Stop returns ctx's error and the jobs go on; Stopped tells when they end.
+// Stop stops fetching new jobs, gives back those claimed but not started (their attempts not
+// counted), and waits for the running ones to finish and be settled. If ctx ends first, Stop
+// returns ctx's error and the jobs go on; Stopped tells when they end.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		if w.fetchCancel == nil { // never started, or failed to
@@ -317,22 +318,27 @@ func (w *Worker) freeSlots() int {
 	return min(w.cfg.Workers+w.prefetch()-len(w.slots)-waiting, unsettledMax-int(w.unsettled.Load()))
 }
 
-// prefetch is how many jobs beyond its slots the worker claims now.
+// prefetch is how many jobs beyond its slots the worker claims now: one a slot while its
+// handlers hold their slots for less time than a claim's round trip takes, else none.
 func (w *Worker) prefetch() int {
 	return prefetchFor(w.cfg.Workers, time.Duration(w.claimTime.Load()), time.Duration(w.slotTime.Load()))
 }
 
-// prefetchFor is what workers slots get through during one claim's round trip (Little's law),
-// at most one claim's worth (ClaimBatchMax): a job claimed ahead waits for a slot about as
-// long as a claim would have taken. Handlers slower than a claim get none, so a job never
-// waits in one worker while another could start it; quick ones need it, or the worker spends
-// its time on claims as small as its free slots (8 slots, 10,000 keys x 5: claims of 6.3
-// jobs, 1.3 ms each, took 2.1 s of a 2.3 s drain). Until both are measured, none.
+// prefetchFor is the prefetch of a worker with workers slots, by the moving averages of a
+// claim's round trip and of a slot's hold (0: not measured yet).
+//   - Quicker handlers need it, or the worker spends its time on claims as small as its free
+//     slots (8 slots, 10,000 keys x 5: claims of 6.3 jobs, 1.3 ms each, took 2.1 s of a
+//     2.3 s drain). A job claimed ahead then waits for a slot less than a claim would take.
+//   - Slower ones get none: a job a worker cannot start stays for other workers.
+//   - One a slot at most: when handlers turn slow before the averages show it, no more than
+//     one job a slot waits behind a slow one (a claim's worth, 100 jobs, could wait behind a
+//     hundred slow handlers in turn; measured with one slot, 20 jobs of 300 ms took 5.8 s
+//     instead of 1.24 s with a second worker idle).
 func prefetchFor(workers int, claim, slot time.Duration) int {
-	if claim <= 0 || slot <= 0 {
+	if claim <= 0 || slot <= 0 || slot >= claim {
 		return 0
 	}
-	return int(min(ClaimBatchMax, int64(workers)*int64(claim)/int64(slot)))
+	return workers
 }
 
 // observe folds d into the moving average avg (weight 1/8; the first sample sets it).
@@ -385,8 +391,9 @@ func (w *Worker) execute(job *Job) (next *Job) {
 			w.waiting.Add(-1)
 		}
 	}()
-	if w.workCtx.Err() != nil {
-		// StopAndCancel came before the job started (its claim was in flight).
+	if !w.fetching() {
+		// Stopping, and the job has not started (its claim was in flight, or a completion
+		// claimed it): it goes back for another worker, its attempt not counted.
 		_ = w.giveBackUnrun(job)
 		return nil
 	}
@@ -418,6 +425,7 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	case w.slots <- struct{}{}:
 		slotted, slottedAt = true, time.Now()
 	case <-ctx.Done():
+	case <-w.fetchCtx.Done():
 	}
 	releaseSlot := func() {
 		if slotted {
@@ -433,9 +441,9 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	// it, so the worker claims no more meanwhile), at once by a success that waits for its
 	// batch, and also by a handler that ends its goroutine (runtime.Goexit).
 	defer releaseSlot()
-	if ctx.Err() != nil {
-		// StopAndCancel, or the lease given up on while the job waited for a slot: it never
-		// ran, so it goes back with its attempt not counted if the claim still holds.
+	if !slotted || ctx.Err() != nil {
+		// Stop or StopAndCancel, or the lease given up on while the job waited for a slot: it
+		// never ran, so it goes back with its attempt not counted if the claim still holds.
 		if err := w.giveBackUnrun(job); errors.Is(err, ErrLeaseLost) {
 			w.lostOwnership(job, nil)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestPrefetchIsWhatTheSlotsRunDuringAClaim(t *testing.T) {
+func TestPrefetchIsOneASlotForHandlersQuickerThanAClaim(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		workers     int
@@ -18,11 +18,12 @@ func TestPrefetchIsWhatTheSlotsRunDuringAClaim(t *testing.T) {
 		{"nothing measured", 8, 0, 0, 0},
 		{"no claim measured", 8, 0, time.Millisecond, 0},
 		{"no slot measured", 8, time.Millisecond, 0, 0},
-		{"handlers slower than a claim", 64, time.Millisecond, 100 * time.Millisecond, 0},
-		{"a claim's time runs two jobs a slot", 4, 2 * time.Millisecond, time.Millisecond, 8},
-		{"part of a job a slot", 8, time.Millisecond, 4 * time.Millisecond, 2},
-		{"no-op handlers: one claim's worth at most", 8, 1300 * time.Microsecond, 20 * time.Microsecond, ClaimBatchMax},
-		{"many slots: one claim's worth at most", 1000, time.Millisecond, time.Millisecond, ClaimBatchMax},
+		{"handlers much slower than a claim", 64, time.Millisecond, 100 * time.Millisecond, 0},
+		{"handlers a little slower than a claim", 8, 1300 * time.Microsecond, 5 * time.Millisecond, 0},
+		{"handlers as slow as a claim", 8, time.Millisecond, time.Millisecond, 0},
+		{"handlers quicker than a claim: one a slot", 8, 1300 * time.Microsecond, time.Millisecond, 8},
+		{"no-op handlers: still one a slot", 8, 1300 * time.Microsecond, 20 * time.Microsecond, 8},
+		{"one slot", 1, time.Millisecond, time.Microsecond, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, prefetchFor(tc.workers, tc.claim, tc.slot))

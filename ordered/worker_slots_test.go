@@ -339,18 +339,19 @@ func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 	require.NoError(t, b.client.Complete(b.ctx, stolen))
 }
 
-// A worker whose handlers return faster than a claim's round trip claims jobs ahead of its
-// slots: they wait for a slot with their leases held, then run. One whose handlers are slower
+// A worker whose handlers return faster than a claim's round trip claims up to one job a slot
+// ahead: they wait for a slot with their leases held, then run. One whose handlers are slower
 // than a claim takes only what it can start: a job it cannot start stays for other workers.
 func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
+	const slots = 3
 	for _, tc := range []struct {
 		name    string
 		warmups int
 		handle  time.Duration // each warm-up job's handler time: what the worker learns
 		ahead   bool
 	}{
-		{name: "quick handlers", warmups: 20, handle: 0, ahead: true},
-		{name: "slow handlers", warmups: 3, handle: 200 * time.Millisecond, ahead: false},
+		{name: "quick handlers", warmups: 30, handle: 0, ahead: true},
+		{name: "slow handlers", warmups: 2 * slots, handle: 200 * time.Millisecond, ahead: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -358,7 +359,8 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 			for i := range tc.warmups {
 				b.enqueue(t, fmt.Sprintf("warm%02d", i), 1)
 			}
-			inGate := make(chan struct{})
+			var inGates sync.WaitGroup
+			inGates.Add(slots)
 			gate := make(chan struct{})
 			var mu sync.Mutex
 			ran := map[string]int{}
@@ -367,8 +369,8 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 				ran[fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt)]++
 				mu.Unlock()
 				switch {
-				case j.Key == "gate":
-					close(inGate)
+				case strings.HasPrefix(j.Key, "gate"):
+					inGates.Done()
 					select {
 					case <-gate:
 					case <-ctx.Done():
@@ -378,33 +380,37 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 					time.Sleep(tc.handle)
 				}
 				return nil
-			}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+			}), &ordered.WorkerConfig{Workers: slots, PollInterval: 20 * time.Millisecond})
 			waitFor(t, 30*time.Second, "the warm-up jobs done", func() bool { return b.countStatus(t, "done") == tc.warmups })
 
-			b.enqueue(t, "gate", 1) // takes the only slot and holds it
-			<-inGate
-			others := []string{"k1", "k2", "k3"}
-			for _, k := range others {
-				b.enqueue(t, k, 1)
+			for i := range slots { // they take every slot and hold it
+				b.enqueue(t, fmt.Sprintf("gate%d", i), 1)
+			}
+			inGates.Wait()
+			const others = 2 * slots
+			for i := range others {
+				b.enqueue(t, fmt.Sprintf("k%d", i), 1)
 			}
 			if tc.ahead {
-				waitFor(t, 10*time.Second, "the other keys claimed ahead of the slot", func() bool {
-					return b.countStatus(t, "running") == 1+len(others)
+				waitFor(t, 10*time.Second, "jobs claimed ahead of the slots", func() bool {
+					return b.countStatus(t, "running") >= 2*slots
 				})
-			} else {
 				time.Sleep(300 * time.Millisecond) // many polls and a notification
-				require.Equal(t, 1, b.countStatus(t, "running"), "jobs were claimed ahead of a slow handler")
+				require.Equal(t, 2*slots, b.countStatus(t, "running"), "more than one job a slot claimed ahead")
+			} else {
+				time.Sleep(300 * time.Millisecond)
+				require.Equal(t, slots, b.countStatus(t, "running"), "jobs were claimed ahead of slow handlers")
 				other := b.newClient(t, nil)
-				jobs, err := other.Claim(b.ctx, 10)
+				jobs, err := other.Claim(b.ctx, 100)
 				require.NoError(t, err)
-				require.Len(t, jobs, len(others), "another worker could not have the jobs: %v", describe(jobs))
+				require.Len(t, jobs, others, "another worker could not have the jobs: %v", describe(jobs))
 				for _, j := range jobs {
 					require.NoError(t, other.Complete(b.ctx, j))
 				}
 			}
 			close(gate)
 			waitFor(t, 10*time.Second, "every job done", func() bool {
-				return b.countStatus(t, "done") == tc.warmups+1+len(others)
+				return b.countStatus(t, "done") == tc.warmups+slots+others
 			})
 			mu.Lock()
 			defer mu.Unlock()
@@ -414,4 +420,47 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Stop gives back a claimed job waiting for a slot, its attempt not counted, and waits only
+// for the handler running.
+func TestWorkerStopGivesBackJobWaitingForASlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "a", 1, 2)
+	tx := b.holdKeys(t, b.client, 3, "a")
+	bRunning := make(chan struct{})
+	release := make(chan struct{})
+	var ranA2 atomic.Bool
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		if j.Key == "b" {
+			close(bRunning)
+			<-release
+		}
+		if j.Key == "a" && j.Seq == 2 {
+			ranA2.Store(true)
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	b.parkNextJob(t, tx, bRunning, ids[1])
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(b.ctx) }()
+	waitFor(t, 10*time.Second, "a/2 given back while b/1 runs", func() bool { return b.jobStatus(t, ids[1]) == "queued" })
+	var attempts int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&attempts))
+	require.Equal(t, 0, attempts)
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while b/1's handler was running", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-stopped)
+	require.False(t, ranA2.Load(), "a/2 ran after Stop")
+	var bStatus string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE key = 'b' AND seq = 1`).Scan(&bStatus))
+	require.Equal(t, "done", bStatus)
 }
