@@ -410,13 +410,7 @@ func (w *Worker) execute(job *Job) (next *Job) {
 
 	// The heartbeat runs until the outcome is settled: a completion that waits for the key
 	// (an open enqueue of it) must not outlive the lease meanwhile.
-	var heartbeat conc.WaitGroup
-	done := make(chan struct{})
-	heartbeat.Go(func() { w.heartbeat(ctx, cancel, job, done) })
-	defer func() {
-		close(done)
-		heartbeat.Wait()
-	}()
+	defer w.startHeartbeat(ctx, cancel, job)()
 
 	// A slot for the handler; the heartbeat keeps the lease while the job waits for one.
 	slotted := false
@@ -506,23 +500,34 @@ func (w *Worker) giveBackUnrun(job *Job) error {
 	return err
 }
 
-// heartbeat renews the job's lease until done. A lost claim cancels the handler; so does a
+// startHeartbeat renews the job's lease every HeartbeatInterval until the returned stop is
+// called; stop waits for a renewal in flight. A lost claim cancels the handler; so does a
 // lease that ran out, by this process's clock, while renewals kept failing (the database may
-// be unreachable, and another worker may own the job by now).
-func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job, done <-chan struct{}) {
-	lease := w.client.cfg.Lease
+// be unreachable, and another worker may own the job by now). It is a timer, not a goroutine:
+// most jobs end before their first beat, and a goroutine a job doubled the stacks that every
+// garbage collection scans.
+func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job) (stop func()) {
+	lease, interval := w.client.cfg.Lease, w.cfg.HeartbeatInterval
 	margin := lease / 10
 	expires := job.claimedAt.Add(lease - margin)
-	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-done:
+	var (
+		mu       sync.Mutex
+		stopped  bool
+		inFlight sync.WaitGroup
+		timer    *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-ticker.C:
 		}
+		inFlight.Add(1) // under mu: stop's Wait cannot have begun
+		mu.Unlock()
+		defer inFlight.Done()
+
 		sent := time.Now()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.HeartbeatInterval)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
 		_, err := w.client.Renew(rctx, job)
 		rcancel()
 		switch {
@@ -539,6 +544,21 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			// The next beat tries again; the database decides whether the lease still holds.
 			w.log.Warn("ordered: lease renewal failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer.Reset(time.Until(sent.Add(interval))) // the beats keep their cadence
+		}
+	}
+	mu.Lock()
+	timer = time.AfterFunc(interval, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		inFlight.Wait()
 	}
 }
 
