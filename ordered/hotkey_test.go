@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -158,4 +159,60 @@ func TestClaimCostIndependentOfStaleStatistics(t *testing.T) {
 		readyOthers(t, b)
 		compare(t, b)
 	})
+}
+
+// A completion batch locks its keys' rows through ordered_keys' primary key even when the key
+// table was never analysed (early in a queue's life, or always with autovacuum off): planned
+// from no statistics, the lock was a sequential scan of every key row, each compared with
+// every key of the batch.
+func TestCompletionLocksKeysWithoutKeyStatistics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.pool.Exec(b.ctx, `ALTER TABLE ordered_keys SET (autovacuum_enabled = off)`)
+	require.NoError(t, err)
+	const keys = 1000
+	evs := make([]ordered.Event, 0, 2*keys)
+	for i := range keys {
+		for seq := range int64(2) {
+			evs = append(evs, ordered.Event{Key: fmt.Sprintf("k%04d", i), Seq: seq, Payload: json.RawMessage(`{}`)})
+		}
+	}
+	_, err = b.client.EnqueueMany(b.ctx, evs)
+	require.NoError(t, err)
+	var analysed bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT reltuples >= 0 FROM pg_class WHERE oid = 'ordered_keys'::regclass`).Scan(&analysed))
+	require.False(t, analysed, "the key table was analysed: the test needs it unanalysed")
+
+	var ids, versions []int64
+	for len(ids) < 300 {
+		jobs, err := b.client.Claim(b.ctx, ordered.ClaimBatchMax)
+		require.NoError(t, err)
+		require.NotEmpty(t, jobs)
+		for _, j := range jobs {
+			ids, versions = append(ids, j.ID), append(versions, j.ClaimVersion)
+		}
+	}
+	// A connection of its own: the function's plans are made at its first call there.
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	before := keySeqScans(t, b, tx)
+	completed, next, err := store.JobCompleteMany(b.ctx, tx, ids, versions, len(ids), time.Minute)
+	require.NoError(t, err)
+	require.Len(t, completed, len(ids))
+	require.Len(t, next, len(ids))
+	require.Zero(t, keySeqScans(t, b, tx)-before, "the completion scanned the whole key table")
+}
+
+// keySeqScans is how many sequential scans of ordered_keys tx's session has made and not yet
+// reported (its pending statistics include earlier transactions: compare two readings).
+func keySeqScans(t *testing.T, b *testBundle, tx pgx.Tx) int {
+	t.Helper()
+	var n int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT coalesce(max(seq_scan), 0) FROM pg_stat_xact_user_tables
+		WHERE relid = 'ordered_keys'::regclass`).Scan(&n))
+	return n
 }
