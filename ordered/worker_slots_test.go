@@ -266,22 +266,24 @@ func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 	require.Equal(t, []string{"a/1#1", "b/1#1", "a/2#1", "a/3#1"}, ran)
 }
 
-// StopAndCancel while a claimed job waits for a slot: it is given back unrun, its attempt not
-// counted.
-func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
+// parkedWorker starts a one-slot worker whose slot b/1's handler holds until release is closed
+// (or its context ends), with key a's next job (id a2) claimed and waiting for the slot.
+func (b *testBundle) parkedWorker(t *testing.T, release <-chan struct{}) (w *ordered.Worker, a2 int64, ranA2 *atomic.Bool) {
+	t.Helper()
 	ids := b.enqueue(t, "a", 1, 2)
 	tx := b.holdKeys(t, b.client, 3, "a")
 	bRunning := make(chan struct{})
-	var ranA2 atomic.Bool
+	ranA2 = new(atomic.Bool)
 	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
 		if j.Key == "b" {
 			close(bRunning)
-			<-ctx.Done()
-			return ctx.Err()
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		if j.Seq == 2 {
+		if j.Key == "a" && j.Seq == 2 {
 			ranA2.Store(true)
 		}
 		return nil
@@ -289,17 +291,55 @@ func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(b.ctx))
 	b.parkNextJob(t, tx, bRunning, ids[1])
-	require.NoError(t, w.StopAndCancel(b.ctx))
+	return w, ids[1], ranA2
+}
 
-	require.False(t, ranA2.Load(), "a/2 ran after StopAndCancel")
+// requireGivenBack checks that job id is queued again with no attempt counted.
+func (b *testBundle) requireGivenBack(t *testing.T, id int64) {
+	t.Helper()
 	var status string
 	var attempts int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&status, &attempts))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts FROM ordered_jobs WHERE id = $1`, id).Scan(&status, &attempts))
 	require.Equal(t, "queued", status)
 	require.Equal(t, 0, attempts)
 }
 
-// A job whose claim is lost while it waits for a slot never runs, and its wait leaves no slot
+// StopAndCancel while a claimed job waits for a slot: it is given back unrun, its attempt not
+// counted.
+func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	w, a2, ranA2 := b.parkedWorker(t, nil)
+	require.NoError(t, w.StopAndCancel(b.ctx))
+	require.False(t, ranA2.Load(), "a/2 ran after StopAndCancel")
+	b.requireGivenBack(t, a2)
+}
+
+// Stop gives back a claimed job waiting for a slot, its attempt not counted, and waits only
+// for the handler running.
+func TestWorkerStopGivesBackJobWaitingForASlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	release := make(chan struct{})
+	w, a2, ranA2 := b.parkedWorker(t, release)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(b.ctx) }()
+	waitFor(t, 10*time.Second, "a/2 given back while b/1 runs", func() bool { return b.jobStatus(t, a2) == "queued" })
+	b.requireGivenBack(t, a2)
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while b/1's handler was running", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-stopped)
+	require.False(t, ranA2.Load(), "a/2 ran after Stop")
+	var bStatus string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE key = 'b' AND seq = 1`).Scan(&bStatus))
+	require.Equal(t, "done", bStatus)
+}
+
 // taken.
 func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 	t.Parallel()
@@ -420,47 +460,4 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Stop gives back a claimed job waiting for a slot, its attempt not counted, and waits only
-// for the handler running.
-func TestWorkerStopGivesBackJobWaitingForASlot(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	ids := b.enqueue(t, "a", 1, 2)
-	tx := b.holdKeys(t, b.client, 3, "a")
-	bRunning := make(chan struct{})
-	release := make(chan struct{})
-	var ranA2 atomic.Bool
-	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
-		if j.Key == "b" {
-			close(bRunning)
-			<-release
-		}
-		if j.Key == "a" && j.Seq == 2 {
-			ranA2.Store(true)
-		}
-		return nil
-	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(b.ctx))
-	b.parkNextJob(t, tx, bRunning, ids[1])
-
-	stopped := make(chan error, 1)
-	go func() { stopped <- w.Stop(b.ctx) }()
-	waitFor(t, 10*time.Second, "a/2 given back while b/1 runs", func() bool { return b.jobStatus(t, ids[1]) == "queued" })
-	var attempts int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&attempts))
-	require.Equal(t, 0, attempts)
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) while b/1's handler was running", err)
-	default:
-	}
-	close(release)
-	require.NoError(t, <-stopped)
-	require.False(t, ranA2.Load(), "a/2 ran after Stop")
-	var bStatus string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE key = 'b' AND seq = 1`).Scan(&bStatus))
-	require.Equal(t, "done", bStatus)
 }
