@@ -435,7 +435,7 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	// it, so the worker claims no more meanwhile), at once by a success that waits for its
 	// batch, and also by a handler that ends its goroutine (runtime.Goexit).
 	defer releaseSlot()
-	if !slotted || ctx.Err() != nil {
+	if !slotted || ctx.Err() != nil || !w.fetching() {
 		// Stop or StopAndCancel, or the lease given up on while the job waited for a slot: it
 		// never ran, so it goes back with its attempt not counted if the claim still holds.
 		if err := w.giveBackUnrun(job); errors.Is(err, ErrLeaseLost) {
