@@ -111,31 +111,25 @@ BEGIN
     LEFT JOIN LATERAL (
         SELECT h.seq FROM ordered_jobs AS h WHERE h.key = b.key AND h.head OFFSET 0) AS h ON true
     WHERE h.seq IS NULL OR h.seq > b.seq;
-    IF v_keys IS NULL THEN
-        RETURN QUERY
-        SELECT b.ord, coalesce(b.existing_id, n.id), b.existing_id IS NOT NULL
-        FROM unnest(v_events) AS b
-        LEFT JOIN unnest(v_new_keys, v_new_seqs, v_new_ids) AS n(key, seq, id)
-            ON b.existing_id IS NULL AND n.key = b.key AND n.seq = b.seq
-        ORDER BY b.ord;
-        RETURN;
-    END IF;
-    PERFORM ordered_heads_refresh(v_keys);
+    IF v_keys IS NOT NULL THEN
+        PERFORM ordered_heads_refresh(v_keys);
 
-    -- One wake-up per batch, delivered at commit, and only if the batch made a job claimable
-    -- now: a job queued behind an open one is started by whoever finishes that one, and a
-    -- NOTIFY serialises commits (a global lock at commit), so appends to busy keys skip it.
-    -- The payload lets listeners of other schemas in the same database ignore it.
-    IF EXISTS (
-            SELECT 1
-            FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_events) AS e
-                  WHERE e.existing_id IS NULL GROUP BY e.key) AS b
-            CROSS JOIN LATERAL (
-                SELECT h.seq, h.status, h.available_at FROM ordered_jobs AS h
-                WHERE h.key = b.key AND h.head OFFSET 0) AS h
-            WHERE h.seq = b.seq AND h.status = 'queued'
-              AND h.available_at <= statement_timestamp()) THEN
-        PERFORM pg_notify('ordered_jobs', current_schema());
+        -- One wake-up per batch, delivered at commit, and only if the batch made a job
+        -- claimable now: a job queued behind an open one is started by whoever finishes that
+        -- one, and a NOTIFY serialises commits (a global lock at commit), so appends to busy
+        -- keys skip it. The payload lets listeners of other schemas in the same database
+        -- ignore it.
+        IF EXISTS (
+                SELECT 1
+                FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_events) AS e
+                      WHERE e.existing_id IS NULL GROUP BY e.key) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.seq, h.status, h.available_at FROM ordered_jobs AS h
+                    WHERE h.key = b.key AND h.head OFFSET 0) AS h
+                WHERE h.seq = b.seq AND h.status = 'queued'
+                  AND h.available_at <= statement_timestamp()) THEN
+            PERFORM pg_notify('ordered_jobs', current_schema());
+        END IF;
     END IF;
 
     -- A batch holds each (key, seq) once (the client sends repeats once).
