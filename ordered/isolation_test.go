@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
 )
 
 // requireSerializationFailure asserts err is PostgreSQL's 40001.
@@ -77,6 +78,69 @@ func TestEnqueueTxRepeatableReadMissesStartedLaterJob(t *testing.T) {
 
 	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 15})
 	require.ErrorIs(t, err, ordered.ErrLateEvent)
+}
+
+// A replay moves its key's head. A CompleteTx or EnqueueTx in a REPEATABLE READ or
+// SERIALIZABLE transaction whose snapshot predates the replay fails with a serialization
+// error, rather than compute heads from the snapshot, where the replayed job is still failed
+// (the completion left the key with no claimable head, the enqueue with two heads).
+func TestRepeatableReadAfterReplay(t *testing.T) {
+	t.Parallel()
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		// k/5 running again after a forced replay, k/7 failed (skip policy), k/9 queued.
+		setupKey := func(t *testing.T) (*testBundle, *ordered.Job, int64) {
+			t.Helper()
+			b := setup(t, &ordered.Config{Policy: policy.Always(policy.Skip)})
+			ids := b.enqueue(t, "k", 5, 7, 9)
+			for range 2 {
+				_, err := b.client.Fail(b.ctx, b.claimOne(t, b.client), ordered.Permanent(errors.New("boom")))
+				require.NoError(t, err)
+			}
+			require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+			running := b.claimOne(t, b.client)
+			require.Equal(t, int64(5), running.Seq)
+			return b, running, ids[1]
+		}
+		snapshotThenReplay := func(t *testing.T, b *testBundle, id int64) pgx.Tx {
+			t.Helper()
+			tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: iso})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs`) // takes the snapshot
+			require.NoError(t, err)
+			require.NoError(t, b.client.Replay(b.ctx, id, ordered.ReplayParams{}))
+			return tx
+		}
+		t.Run("CompleteTx "+string(iso), func(t *testing.T) {
+			t.Parallel()
+			b, running, k7 := setupKey(t)
+			tx := snapshotThenReplay(t, b, k7)
+			requireSerializationFailure(t, b.client.CompleteTx(b.ctx, tx, running))
+			require.NoError(t, tx.Rollback(b.ctx))
+
+			require.NoError(t, b.client.Complete(b.ctx, running))
+			require.Equal(t, int64(7), b.claimOne(t, b.client).Seq, "the replayed job is the key's next")
+		})
+		t.Run("EnqueueTx "+string(iso), func(t *testing.T) {
+			t.Parallel()
+			// The key's only job failed (skip): the snapshot sees no head to lock.
+			b := setup(t, &ordered.Config{Policy: policy.Always(policy.Skip)})
+			k1 := b.enqueue(t, "k", 1)[0]
+			_, err := b.client.Fail(b.ctx, b.claimOne(t, b.client), ordered.Permanent(errors.New("boom")))
+			require.NoError(t, err)
+			tx := snapshotThenReplay(t, b, k1)
+			_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: "k", Seq: 5})
+			requireSerializationFailure(t, err)
+			require.NoError(t, tx.Rollback(b.ctx))
+
+			_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 5})
+			require.NoError(t, err)
+			var heads int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE key = 'k' AND head`).Scan(&heads))
+			require.Equal(t, 1, heads)
+			require.Equal(t, int64(1), b.claimOne(t, b.client).Seq)
+		})
+	}
 }
 
 // Archival locks key rows in key order, as enqueues do: an enqueue transaction that holds one
