@@ -357,6 +357,82 @@ func TestConcurrentEnqueuesOfTheSameEventsStoreEachOnce(t *testing.T) {
 		SELECT 1 FROM ordered_jobs GROUP BY key, seq HAVING count(*) > 1) AS d`))
 }
 
+// badHeadsSQL counts, in one snapshot, the keys whose open jobs do not have exactly one head,
+// the lowest of them, and the finished jobs still marked head.
+const badHeadsSQL = `SELECT
+	(SELECT count(*) FROM (
+		SELECT 1 FROM ordered_jobs WHERE status IN ('queued', 'running', 'blocked')
+		GROUP BY key
+		HAVING count(*) FILTER (WHERE head) <> 1
+		    OR min(seq) IS DISTINCT FROM min(seq) FILTER (WHERE head)) AS bad)
+	+ (SELECT count(*) FROM ordered_jobs WHERE head AND status IN ('done', 'failed'))`
+
+// Every committed state has one head per key with open jobs, its lowest, while producers
+// append behind heads, send events below queued heads, and a worker finishes the keys' jobs.
+func TestHeadIsTheLowestOpenJobUnderConcurrentEnqueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const producers, rounds, keys = 4, 40, 10
+	// Handlers slow enough that heads often wait queued, so events arrive below them.
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(context.Context, *ordered.Job) error {
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	}), &ordered.WorkerConfig{Workers: 4, PollInterval: 20 * time.Millisecond})
+
+	checking, stopChecking := context.WithCancel(b.ctx)
+	checked := make(chan int64, 1)
+	go func() {
+		var bad, checks int64
+		for checking.Err() == nil {
+			var n int64
+			if err := b.pool.QueryRow(checking, badHeadsSQL).Scan(&n); err == nil {
+				bad, checks = bad+n, checks+1
+			}
+		}
+		t.Logf("%d checks of the heads during the run", checks)
+		checked <- bad
+	}()
+
+	errs := make(chan error, producers)
+	for p := range producers {
+		go func() {
+			// Producer p sends seq round*producers+p to every key, so each key's events
+			// arrive interleaved: mostly behind its head, at times below a queued one, and
+			// late when a higher seq of the key already started. Producer 0 also sends keys
+			// of its own from the top down, due in an hour: each event lands below the key's
+			// queued head and must take it.
+			for round := range rounds {
+				evs := make([]ordered.Event, keys)
+				for k := range evs {
+					evs[k] = validEvent(fmt.Sprintf("k%d", k), int64(round*producers+p))
+				}
+				if _, err := b.client.EnqueueMany(b.ctx, evs); err != nil && !errors.Is(err, ordered.ErrLateEvent) {
+					errs <- err
+					return
+				}
+				if p != 0 {
+					continue
+				}
+				for k := range evs {
+					evs[k] = validEvent(fmt.Sprintf("down%d", k), int64(rounds-round))
+					evs[k].RunAt = time.Now().Add(time.Hour)
+				}
+				if _, err := b.client.EnqueueMany(b.ctx, evs); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range producers {
+		require.NoError(t, <-errs)
+	}
+	stopChecking()
+	require.Zero(t, <-checked, "a committed state had a key without one head at its lowest open job")
+	require.Zero(t, b.countRows(t, badHeadsSQL))
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Late events.
 
