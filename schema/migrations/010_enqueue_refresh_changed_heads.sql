@@ -104,7 +104,8 @@ BEGIN
     -- can get a new head. Appending behind the head, the common case, changes no head and
     -- makes nothing claimable: neither the refresh nor the wake-up check runs for it. (The
     -- head is the key's lowest open job. While this transaction holds the key row, what else
-    -- can change the key's jobs (claims, renewals, retries) leaves the head where it is.)
+    -- can change the key's jobs (claims, renewals, retries, give-backs) leaves the head where
+    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row, 011.)
     SELECT array_agg(b.key) INTO v_keys
     FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
           GROUP BY e.key) AS b
