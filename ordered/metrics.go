@@ -16,6 +16,7 @@ type metrics struct {
 	failures           *prometheus.CounterVec
 	expiredRecovered   prometheus.Counter
 	lostOwnership      prometheus.Counter
+	givenBack          prometheus.Counter
 	jobDuration        prometheus.Histogram
 	claimDuration      prometheus.Histogram
 	completionDuration prometheus.Histogram
@@ -51,6 +52,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		lostOwnership: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ordered_lost_ownership_total", Help: "Attempts whose claim was lost (lease expired or job reclaimed); their outcome was not acknowledged.",
+		}),
+		givenBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ordered_claimed_ahead_given_back_total", Help: "Jobs claimed ahead of the handler slots that waited too long for one and went back to the queue unrun (attempt not counted).",
 		}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "ordered_job_duration_seconds", Help: "Handler run time.", Buckets: latencyBuckets,
@@ -90,6 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.failures = register(reg, m.failures, &err)
 	m.expiredRecovered = register(reg, m.expiredRecovered, &err)
 	m.lostOwnership = register(reg, m.lostOwnership, &err)
+	m.givenBack = register(reg, m.givenBack, &err)
 	m.jobDuration = register(reg, m.jobDuration, &err)
 	m.claimDuration = register(reg, m.claimDuration, &err)
 	m.completionDuration = register(reg, m.completionDuration, &err)

@@ -48,8 +48,10 @@ type WorkerConfig struct {
 	// succeeded waits for its completion batch without taking one of them (its lease is
 	// renewed meanwhile); up to about 1,000 such jobs per worker run again after their leases
 	// expire if the process dies before their batches commit. While handlers hold their slots
-	// for less time than a claim's round trip takes, the worker claims up to one job a slot
-	// ahead; such a job waits for a slot, its lease renewed.
+	// for less time than a claim's round trip takes, the worker claims ahead what its slots
+	// would finish during one claim (up to a claim's worth); such a job waits for a slot, its
+	// lease renewed, and goes back to the queue, its attempt not counted, if it waits much
+	// longer than a claim would take.
 	Workers int
 	// PollInterval is how often an idle worker looks for work when no notification wakes it
 	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
@@ -93,7 +95,8 @@ type Worker struct {
 	// a slot that frees up is worth a claim.
 	moreReady atomic.Bool
 	// claimTime and slotTime are moving averages (nanoseconds, 0 until measured) of a claim's
-	// round trip and of how long a job holds its slot; they decide the prefetch.
+	// round trip and of how long a job holds its slot; they decide the prefetch. A job claimed
+	// ahead that waited too long for a slot raises slotTime to its wait.
 	claimTime atomic.Int64
 	slotTime  atomic.Int64
 
@@ -162,7 +165,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.workCtx, w.workCancel = context.WithCancelCause(base)
 		// A job's goroutine lives from its claim until its outcome is settled; freeSlots
 		// bounds how many there are (slots, prefetch, unsettled), and this only backs it up.
-		w.jobs = pool.New().WithMaxGoroutines(2*w.cfg.Workers + unsettledMax + ClaimBatchMax)
+		w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers + prefetchMax(w.cfg.Workers) + unsettledMax + ClaimBatchMax)
 		w.completer = newCompleter(w)
 		go w.completer.run()
 		w.loops.Go(func() { w.fetchLoop(w.fetchCtx) })
@@ -300,7 +303,7 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 	observe(&w.claimTime, took)
 	w.waiting.Add(int64(len(jobs)))
 	for _, job := range jobs {
-		w.jobs.Go(func() { w.run(job) })
+		w.jobs.Go(func() { w.run(job, true) })
 	}
 	return len(jobs), nil
 }
@@ -318,27 +321,47 @@ func (w *Worker) freeSlots() int {
 	return min(w.cfg.Workers+w.prefetch()-len(w.slots)-waiting, unsettledMax-int(w.unsettled.Load()))
 }
 
-// prefetch is how many jobs beyond its slots the worker claims now: one a slot while its
-// handlers hold their slots for less time than a claim's round trip takes, else none.
+// prefetch is how many jobs beyond its slots the worker claims now.
 func (w *Worker) prefetch() int {
 	return prefetchFor(w.cfg.Workers, time.Duration(w.claimTime.Load()), time.Duration(w.slotTime.Load()))
 }
 
 // prefetchFor is the prefetch of a worker with workers slots, by the moving averages of a
-// claim's round trip and of a slot's hold (0: not measured yet).
+// claim's round trip and of a slot's hold (0: not measured yet): what the slots finish during
+// one claim, while that is more than nothing, up to prefetchMax.
 //   - Quicker handlers need it, or the worker spends its time on claims as small as its free
-//     slots (8 slots, 10,000 keys x 5: claims of 6.3 jobs, 1.3 ms each, took 2.1 s of a
-//     2.3 s drain). A job claimed ahead then waits for a slot less than a claim would take.
+//     slots (8 slots, 10,000 keys x 5: claims of 13 jobs, 1.7 ms each, took 1.4 s of a
+//     1.7 s drain). A job claimed ahead then waits for a slot about as long as a claim takes.
 //   - Slower ones get none: a job a worker cannot start stays for other workers.
-//   - One a slot at most: when handlers turn slow before the averages show it, no more than
-//     one job a slot waits behind a slow one (a claim's worth, 100 jobs, could wait behind a
-//     hundred slow handlers in turn; measured with one slot, 20 jobs of 300 ms took 5.8 s
-//     instead of 1.24 s with a second worker idle).
+//   - When handlers turn slow before the averages show it, the jobs claimed ahead wait behind
+//     them; one that waits much longer than a claim would take goes back (slotWaitMax).
 func prefetchFor(workers int, claim, slot time.Duration) int {
 	if claim <= 0 || slot <= 0 || slot >= claim {
 		return 0
 	}
-	return workers
+	perSlot := (claim + slot - 1) / slot
+	return int(min(int64(perSlot)*int64(workers), int64(prefetchMax(workers))))
+}
+
+// prefetchMax bounds the prefetch: a claim's worth, or one job a slot if that is more.
+func prefetchMax(workers int) int { return max(workers, ClaimBatchMax) }
+
+// slotWaitMin is the least a job claimed ahead may wait for a slot before it goes back.
+const slotWaitMin = 50 * time.Millisecond
+
+// slotWaitMax is how long a job claimed ahead may wait for a slot: a few claims' round trips,
+// the wait the prefetch expects, or slotWaitMin. A longer wait means the handlers turned
+// slow, and the job is better off with another worker.
+func slotWaitMax(claim time.Duration) time.Duration { return max(4*claim, slotWaitMin) }
+
+// raise sets the moving average avg to d if d is higher.
+func raise(avg *atomic.Int64, d time.Duration) {
+	for {
+		old := avg.Load()
+		if old >= int64(d) || avg.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
 }
 
 // observe folds d into the moving average avg (weight 1/8; the first sample sets it).
@@ -371,20 +394,23 @@ func (w *Worker) accept(job *Job) {
 }
 
 // run executes job, then the next jobs of its key that the completions claimed, from claim to
-// settled outcome.
-func (w *Worker) run(job *Job) {
+// settled outcome. claimed is set for a job of the worker's own claim, which may have been
+// claimed ahead of the slots.
+func (w *Worker) run(job *Job, claimed bool) {
 	defer w.signal() // the key's next job may be ready for a claim
 	for job != nil {
 		w.accept(job)
-		job = w.execute(job)
+		job = w.execute(job, claimed)
+		claimed = false
 	}
 }
 
 // execute runs one claimed job: heartbeat, handler, then its outcome. The handler runs in one
 // of the worker's slots, taken when it starts and given back when it returns: a job waits for
-// its completion batch without one, so handlers never wait for commits. It returns the key's
-// next job if the completion claimed it.
-func (w *Worker) execute(job *Job) (next *Job) {
+// its completion batch without one, so handlers never wait for commits. A job of the worker's
+// own claim (claimed) waits for a slot at most slotWaitMax. It returns the key's next job if
+// the completion claimed it.
+func (w *Worker) execute(job *Job, claimed bool) (next *Job) {
 	started := false
 	defer func() {
 		if !started {
@@ -413,14 +439,8 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	defer w.startHeartbeat(ctx, cancel, job)()
 
 	// A slot for the handler; the heartbeat keeps the lease while the job waits for one.
-	slotted := false
-	var slottedAt time.Time
-	select {
-	case w.slots <- struct{}{}:
-		slotted, slottedAt = true, time.Now()
-	case <-ctx.Done():
-	case <-w.fetchCtx.Done():
-	}
+	slotted, waitedTooLong := w.takeSlot(ctx, claimed)
+	slottedAt := time.Now()
 	releaseSlot := func() {
 		if slotted {
 			slotted = false
@@ -436,10 +456,15 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	// batch, and also by a handler that ends its goroutine (runtime.Goexit).
 	defer releaseSlot()
 	if !slotted || ctx.Err() != nil || !w.fetching() {
-		// Stop or StopAndCancel, or the lease given up on while the job waited for a slot: it
-		// never ran, so it goes back with its attempt not counted if the claim still holds.
-		if err := w.giveBackUnrun(job); errors.Is(err, ErrLeaseLost) {
+		// Stop or StopAndCancel, the lease given up on while the job waited for a slot, or a
+		// wait too long for a slot: it never ran, so it goes back with its attempt not counted
+		// if the claim still holds.
+		err := w.giveBackUnrun(job)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
 			w.lostOwnership(job, nil)
+		case err == nil && waitedTooLong:
+			w.metrics.givenBack.Inc()
 		}
 		return nil
 	}
@@ -486,6 +511,36 @@ func (w *Worker) execute(job *Job) (next *Job) {
 	defer cancelSettle()
 	w.settle(settleCtx, job, err)
 	return nil
+}
+
+// takeSlot waits for a handler slot until ctx ends or the worker stops; a job of the worker's
+// own claim waits at most slotWaitMax. waitedTooLong reports that wait running out: the
+// handlers are slower than the averages said, so the prefetch stops until they show
+// otherwise.
+func (w *Worker) takeSlot(ctx context.Context, claimed bool) (slotted, waitedTooLong bool) {
+	select {
+	case w.slots <- struct{}{}:
+		return true, false
+	default:
+	}
+	var tooLong <-chan time.Time
+	if claimed {
+		wait := slotWaitMax(time.Duration(w.claimTime.Load()))
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		tooLong = timer.C
+	}
+	start := time.Now()
+	select {
+	case w.slots <- struct{}{}:
+		return true, false
+	case <-ctx.Done():
+	case <-w.fetchCtx.Done():
+	case <-tooLong:
+		raise(&w.slotTime, time.Since(start))
+		return false, true
+	}
+	return false, false
 }
 
 // giveBackUnrun releases a job claimed but not started, its attempt not counted, rather than

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestPrefetchIsOneASlotForHandlersQuickerThanAClaim(t *testing.T) {
+func TestPrefetchIsWhatTheSlotsFinishDuringAClaim(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		workers     int
@@ -21,14 +21,31 @@ func TestPrefetchIsOneASlotForHandlersQuickerThanAClaim(t *testing.T) {
 		{"handlers much slower than a claim", 64, time.Millisecond, 100 * time.Millisecond, 0},
 		{"handlers a little slower than a claim", 8, 1300 * time.Microsecond, 5 * time.Millisecond, 0},
 		{"handlers as slow as a claim", 8, time.Millisecond, time.Millisecond, 0},
-		{"handlers quicker than a claim: one a slot", 8, 1300 * time.Microsecond, time.Millisecond, 8},
-		{"no-op handlers: still one a slot", 8, 1300 * time.Microsecond, 20 * time.Microsecond, 8},
-		{"one slot", 1, time.Millisecond, time.Microsecond, 1},
+		{"handlers a little quicker than a claim: two a slot", 8, 1300 * time.Microsecond, time.Millisecond, 16},
+		{"handlers a quarter of a claim", 8, 2 * time.Millisecond, 500 * time.Microsecond, 32},
+		{"no-op handlers: a claim's worth", 8, 1700 * time.Microsecond, 20 * time.Microsecond, ClaimBatchMax},
+		{"one slot", 1, time.Millisecond, 300 * time.Microsecond, 4},
+		{"more slots than a claim: one a slot at most", 1000, time.Millisecond, time.Microsecond, 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, prefetchFor(tc.workers, tc.claim, tc.slot))
 		})
 	}
+}
+
+func TestSlotWaitMaxIsFourClaimsOrTheMinimum(t *testing.T) {
+	require.Equal(t, slotWaitMin, slotWaitMax(0), "no claim measured")
+	require.Equal(t, slotWaitMin, slotWaitMax(2*time.Millisecond))
+	require.Equal(t, 80*time.Millisecond, slotWaitMax(20*time.Millisecond))
+}
+
+func TestRaiseOnlyRaises(t *testing.T) {
+	var avg atomic.Int64
+	observe(&avg, time.Millisecond)
+	raise(&avg, 500*time.Microsecond)
+	require.Equal(t, int64(time.Millisecond), avg.Load())
+	raise(&avg, 60*time.Millisecond)
+	require.Equal(t, int64(60*time.Millisecond), avg.Load())
 }
 
 func TestObserveMovesOneEighthTowardTheSample(t *testing.T) {

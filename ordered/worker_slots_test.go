@@ -2,6 +2,7 @@ package ordered_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -305,14 +306,33 @@ func (b *testBundle) requireGivenBack(t *testing.T, id int64) {
 }
 
 // StopAndCancel while a claimed job waits for a slot: it is given back unrun, its attempt not
-// counted.
+// counted, and an idle worker is woken for it rather than left to find it at its next poll.
 func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	w, a2, ranA2 := b.parkedWorker(t, nil)
+
+	ranByOther := make(chan *ordered.Job, 1)
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
+		if j.ID == a2 {
+			ranByOther <- j
+		}
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: time.Hour, Registerer: reg})
+	// Its first claim at start, then one when its LISTEN is in place; nothing else wakes it.
+	waitFor(t, 10*time.Second, "the other worker listening", func() bool {
+		return metricValue(t, reg, "ordered_claim_duration_seconds") >= 2
+	})
+
 	require.NoError(t, w.StopAndCancel(b.ctx))
 	require.False(t, ranA2.Load(), "a/2 ran after StopAndCancel")
-	b.requireGivenBack(t, a2)
+	select {
+	case j := <-ranByOther:
+		require.Equal(t, 1, j.Attempt, "the give-back counted an attempt")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a/2 was given back (%s) but the idle worker was not woken for it", b.jobStatus(t, a2))
+	}
 }
 
 // Stop gives back a claimed job waiting for a slot, its attempt not counted, and waits only
@@ -379,9 +399,12 @@ func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 	require.NoError(t, b.client.Complete(b.ctx, stolen))
 }
 
-// A worker whose handlers return faster than a claim's round trip claims up to one job a slot
-// ahead: they wait for a slot with their leases held, then run. One whose handlers are slower
-// than a claim takes only what it can start: a job it cannot start stays for other workers.
+// A worker whose handlers return faster than a claim's round trip claims ahead of its slots
+// what they would finish during a claim: more than one job a slot. A job claimed ahead waits
+// for a slot with its lease held; when handlers turn slow and it waits far longer than a claim
+// would take, it goes back to the queue, its attempt not counted, and the worker claims no
+// more ahead. One whose handlers are slower than a claim takes only what it can start. Either
+// way a job the worker cannot start ends up free for other workers.
 func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 	const slots = 3
 	for _, tc := range []struct {
@@ -404,6 +427,7 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 			gate := make(chan struct{})
 			var mu sync.Mutex
 			ran := map[string]int{}
+			reg := prometheus.NewRegistry()
 			startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
 				mu.Lock()
 				ran[fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt)]++
@@ -420,33 +444,46 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 					time.Sleep(tc.handle)
 				}
 				return nil
-			}), &ordered.WorkerConfig{Workers: slots, PollInterval: 20 * time.Millisecond})
+			}), &ordered.WorkerConfig{Workers: slots, PollInterval: 20 * time.Millisecond, Registerer: reg})
 			waitFor(t, 30*time.Second, "the warm-up jobs done", func() bool { return b.countStatus(t, "done") == tc.warmups })
 
 			for i := range slots { // they take every slot and hold it
 				b.enqueue(t, fmt.Sprintf("gate%d", i), 1)
 			}
 			inGates.Wait()
-			const others = 2 * slots
-			for i := range others {
-				b.enqueue(t, fmt.Sprintf("k%d", i), 1)
+			const others = 10 * slots
+			events := make([]ordered.Event, others)
+			for i := range events {
+				events[i] = ordered.Event{Key: fmt.Sprintf("k%02d", i), Seq: 1, Payload: json.RawMessage(`{}`)}
 			}
+			_, err := b.client.EnqueueMany(b.ctx, events)
+			require.NoError(t, err)
+			claimedAhead := func() int {
+				var n int
+				require.NoError(t, b.pool.QueryRow(b.ctx,
+					"SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND claim_version > 0").Scan(&n))
+				return n
+			}
+			givenBack := func() int { return int(metricValue(t, reg, "ordered_claimed_ahead_given_back_total")) }
 			if tc.ahead {
-				waitFor(t, 10*time.Second, "jobs claimed ahead of the slots", func() bool {
-					return b.countStatus(t, "running") >= 2*slots
+				waitFor(t, 10*time.Second, "more than one job a slot claimed ahead", func() bool {
+					return claimedAhead() > slots
 				})
-				time.Sleep(300 * time.Millisecond) // many polls and a notification
-				require.Equal(t, 2*slots, b.countStatus(t, "running"), "more than one job a slot claimed ahead")
+				waitFor(t, 10*time.Second, "the jobs claimed ahead given back", func() bool {
+					return givenBack() == claimedAhead()
+				})
 			} else {
 				time.Sleep(300 * time.Millisecond)
-				require.Equal(t, slots, b.countStatus(t, "running"), "jobs were claimed ahead of slow handlers")
-				other := b.newClient(t, nil)
-				jobs, err := other.Claim(b.ctx, 100)
-				require.NoError(t, err)
-				require.Len(t, jobs, others, "another worker could not have the jobs: %v", describe(jobs))
-				for _, j := range jobs {
-					require.NoError(t, other.Complete(b.ctx, j))
-				}
+				require.Zero(t, claimedAhead(), "jobs were claimed ahead of slow handlers")
+			}
+			require.Equal(t, slots, b.countStatus(t, "running"), "the worker claimed ahead again behind its held slots")
+			other := b.newClient(t, nil)
+			jobs, err := other.Claim(b.ctx, 100)
+			require.NoError(t, err)
+			require.Len(t, jobs, others, "another worker could not have the jobs: %v", describe(jobs))
+			for _, j := range jobs {
+				require.Equal(t, 1, j.Attempt, "%s/%d: a give-back counted an attempt", j.Key, j.Seq)
+				require.NoError(t, other.Complete(b.ctx, j))
 			}
 			close(gate)
 			waitFor(t, 10*time.Second, "every job done", func() bool {
