@@ -728,10 +728,12 @@ func TestEnqueueBothFormsStoreTheSameColumns(t *testing.T) {
 		AvailableAt: runAt, MaxAttempts: 7, Head: true}, viaPgx[2])
 }
 
-// An enqueue wakes workers (NOTIFY at commit) only when it made a job claimable now.
-func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
+// listenWakeUps listens on the wake-up channel. next returns the payload of this schema's next
+// notification (other tests' schemas share the channel), and sentinel sends one that next
+// returns as it is. Notifications of different transactions arrive in commit order, so a
+// sentinel sent after a statement, and received first, shows that the statement sent none.
+func (b *testBundle) listenWakeUps(t *testing.T) (next, sentinel func() string) {
+	t.Helper()
 	listener, err := b.pool.Acquire(b.ctx)
 	require.NoError(t, err)
 	t.Cleanup(listener.Release)
@@ -739,10 +741,7 @@ func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
 	require.NoError(t, err)
 	var schema string
 	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT current_schema()").Scan(&schema))
-	// next is the payload of this schema's next notification (other tests' schemas share the
-	// channel). Notifications of different transactions arrive in commit order, so a
-	// sentinel sent after an enqueue shows that the enqueue sent none.
-	next := func() string {
+	next = func() string {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 		defer cancel()
 		for {
@@ -753,11 +752,21 @@ func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
 			}
 		}
 	}
-	sentinel := func() string {
+	sentinel = func() string {
 		_, err := b.pool.Exec(b.ctx, "SELECT pg_notify('ordered_jobs', $1)", schema+"/sentinel")
 		require.NoError(t, err)
 		return schema + "/sentinel"
 	}
+	return next, sentinel
+}
+
+// An enqueue wakes workers (NOTIFY at commit) only when it made a job claimable now.
+func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	next, sentinel := b.listenWakeUps(t)
+	var schema string
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT current_schema()").Scan(&schema))
 	enqueue := func(evs ...ordered.Event) {
 		_, err := b.client.EnqueueMany(b.ctx, evs)
 		require.NoError(t, err)

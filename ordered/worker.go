@@ -50,8 +50,8 @@ type WorkerConfig struct {
 	// expire if the process dies before their batches commit. While handlers hold their slots
 	// for less time than a claim's round trip takes, the worker claims ahead what its slots
 	// would finish during one claim (up to a claim's worth); such a job waits for a slot, its
-	// lease renewed, and goes back to the queue, its attempt not counted, if it waits much
-	// longer than a claim would take.
+	// lease renewed, and goes back to the queue, its attempt not counted, if it waits longer
+	// than four claims' round trips (at least 50 ms).
 	Workers int
 	// PollInterval is how often an idle worker looks for work when no notification wakes it
 	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
@@ -293,6 +293,8 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 	// would sit until their leases expire and lose an attempt.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	// Only a claim made while prefetching can hold jobs claimed ahead of the slots.
+	ahead := w.prefetch() > 0
 	start := time.Now()
 	jobs, err := w.client.Claim(ctx, want)
 	took := time.Since(start)
@@ -303,7 +305,7 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 	observe(&w.claimTime, took)
 	w.waiting.Add(int64(len(jobs)))
 	for _, job := range jobs {
-		w.jobs.Go(func() { w.run(job, true) })
+		w.jobs.Go(func() { w.run(job, ahead) })
 	}
 	return len(jobs), nil
 }
@@ -394,23 +396,23 @@ func (w *Worker) accept(job *Job) {
 }
 
 // run executes job, then the next jobs of its key that the completions claimed, from claim to
-// settled outcome. claimed is set for a job of the worker's own claim, which may have been
-// claimed ahead of the slots.
-func (w *Worker) run(job *Job, claimed bool) {
+// settled outcome. ahead is set for a job of a claim the worker made while prefetching: it
+// may have been claimed ahead of the slots.
+func (w *Worker) run(job *Job, ahead bool) {
 	defer w.signal() // the key's next job may be ready for a claim
 	for job != nil {
 		w.accept(job)
-		job = w.execute(job, claimed)
-		claimed = false
+		job = w.execute(job, ahead)
+		ahead = false
 	}
 }
 
 // execute runs one claimed job: heartbeat, handler, then its outcome. The handler runs in one
 // of the worker's slots, taken when it starts and given back when it returns: a job waits for
-// its completion batch without one, so handlers never wait for commits. A job of the worker's
-// own claim (claimed) waits for a slot at most slotWaitMax. It returns the key's next job if
-// the completion claimed it.
-func (w *Worker) execute(job *Job, claimed bool) (next *Job) {
+// its completion batch without one, so handlers never wait for commits. A job that may have
+// been claimed ahead of the slots (ahead) waits for one at most slotWaitMax, then goes back to
+// the queue. It returns the key's next job if the completion claimed it.
+func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 	started := false
 	defer func() {
 		if !started {
@@ -439,7 +441,21 @@ func (w *Worker) execute(job *Job, claimed bool) (next *Job) {
 	defer w.startHeartbeat(ctx, cancel, job)()
 
 	// A slot for the handler; the heartbeat keeps the lease while the job waits for one.
-	slotted, waitedTooLong := w.takeSlot(ctx, claimed)
+	slotted, waitedTooLong := w.takeSlot(ctx, ahead)
+	if waitedTooLong {
+		err := w.giveBackUnrun(job)
+		switch {
+		case err == nil:
+			w.metrics.givenBack.Inc()
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			w.lostOwnership(job, nil)
+			return nil
+		}
+		// Still this worker's: the job waits its turn after all, rather than sit until its
+		// lease expires and lose an attempt it never used.
+		slotted, _ = w.takeSlot(ctx, false)
+	}
 	slottedAt := time.Now()
 	releaseSlot := func() {
 		if slotted {
@@ -456,15 +472,10 @@ func (w *Worker) execute(job *Job, claimed bool) (next *Job) {
 	// batch, and also by a handler that ends its goroutine (runtime.Goexit).
 	defer releaseSlot()
 	if !slotted || ctx.Err() != nil || !w.fetching() {
-		// Stop or StopAndCancel, the lease given up on while the job waited for a slot, or a
-		// wait too long for a slot: it never ran, so it goes back with its attempt not counted
-		// if the claim still holds.
-		err := w.giveBackUnrun(job)
-		switch {
-		case errors.Is(err, ErrLeaseLost):
+		// Stop or StopAndCancel, or the lease given up on while the job waited for a slot: it
+		// never ran, so it goes back with its attempt not counted if the claim still holds.
+		if err := w.giveBackUnrun(job); errors.Is(err, ErrLeaseLost) {
 			w.lostOwnership(job, nil)
-		case err == nil && waitedTooLong:
-			w.metrics.givenBack.Inc()
 		}
 		return nil
 	}
@@ -513,18 +524,18 @@ func (w *Worker) execute(job *Job, claimed bool) (next *Job) {
 	return nil
 }
 
-// takeSlot waits for a handler slot until ctx ends or the worker stops; a job of the worker's
-// own claim waits at most slotWaitMax. waitedTooLong reports that wait running out: the
-// handlers are slower than the averages said, so the prefetch stops until they show
+// takeSlot waits for a handler slot until ctx ends or the worker stops; a job that may have
+// been claimed ahead waits at most slotWaitMax. waitedTooLong reports that wait running out:
+// the handlers are slower than the averages said, so the prefetch stops until they show
 // otherwise.
-func (w *Worker) takeSlot(ctx context.Context, claimed bool) (slotted, waitedTooLong bool) {
+func (w *Worker) takeSlot(ctx context.Context, ahead bool) (slotted, waitedTooLong bool) {
 	select {
 	case w.slots <- struct{}{}:
 		return true, false
 	default:
 	}
 	var tooLong <-chan time.Time
-	if claimed {
+	if ahead {
 		wait := slotWaitMax(time.Duration(w.claimTime.Load()))
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
@@ -537,6 +548,11 @@ func (w *Worker) takeSlot(ctx context.Context, claimed bool) (slotted, waitedToo
 	case <-ctx.Done():
 	case <-w.fetchCtx.Done():
 	case <-tooLong:
+		select {
+		case w.slots <- struct{}{}: // freed at the same moment
+			return true, false
+		default:
+		}
 		raise(&w.slotTime, time.Since(start))
 		return false, true
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
 )
 
 // A worker's slots are taken by handlers only: a job whose handler succeeded waits for its
@@ -305,6 +306,29 @@ func (b *testBundle) requireGivenBack(t *testing.T, id int64) {
 	require.Equal(t, 0, attempts)
 }
 
+// A give-back wakes idle workers (NOTIFY at commit) only when it released the job: not when
+// the claim it holds is no longer current.
+func TestGiveBackNotifiesOnlyWhenItReleasedTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	next, sentinel := b.listenWakeUps(t)
+	b.enqueue(t, "a", 1)
+	var schema string
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT current_schema()").Scan(&schema))
+	require.Equal(t, schema, next(), "the enqueue's")
+	job := b.claimOne(t, b.client)
+
+	released, err := store.JobReleaseUnrun(b.ctx, b.pool, job.ID, job.ClaimVersion+1)
+	require.NoError(t, err)
+	require.False(t, released, "a stale claim released the job")
+	require.Equal(t, sentinel(), next(), "a give-back that released nothing woke workers")
+
+	released, err = store.JobReleaseUnrun(b.ctx, b.pool, job.ID, job.ClaimVersion)
+	require.NoError(t, err)
+	require.True(t, released)
+	require.Equal(t, schema, next(), "the job given back is claimable: workers are woken")
+}
+
 // StopAndCancel while a claimed job waits for a slot: it is given back unrun, its attempt not
 // counted, and an idle worker is woken for it rather than left to find it at its next poll.
 func TestWorkerStopAndCancelGivesBackJobWaitingForASlot(t *testing.T) {
@@ -451,6 +475,7 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 				b.enqueue(t, fmt.Sprintf("gate%d", i), 1)
 			}
 			inGates.Wait()
+			givenBackBefore := metricValue(t, reg, "ordered_claimed_ahead_given_back_total") // warm-ups': none, but not for certain
 			const others = 10 * slots
 			events := make([]ordered.Event, others)
 			for i := range events {
@@ -464,7 +489,9 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 					"SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND claim_version > 0").Scan(&n))
 				return n
 			}
-			givenBack := func() int { return int(metricValue(t, reg, "ordered_claimed_ahead_given_back_total")) }
+			givenBack := func() int {
+				return int(metricValue(t, reg, "ordered_claimed_ahead_given_back_total") - givenBackBefore)
+			}
 			if tc.ahead {
 				waitFor(t, 10*time.Second, "more than one job a slot claimed ahead", func() bool {
 					return claimedAhead() > slots
@@ -496,5 +523,104 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 				require.True(t, strings.HasSuffix(run, "#1"), "%s: not on its first attempt", run)
 			}
 		})
+	}
+}
+
+// A worker whose handlers are slower than a claim claims only for free slots, and a job it
+// claimed for a slot waits its turn however long a key's next job holds that slot: it is never
+// given back (with one slot, a job claimed for the slot a success freed can find it taken by
+// that key's next job).
+func TestWorkerGivesBackNothingItDidNotClaimAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var events []ordered.Event
+	for k := range 4 {
+		for seq := range 5 {
+			events = append(events, ordered.Event{Key: fmt.Sprintf("chain%d", k), Seq: int64(seq), Payload: json.RawMessage(`{}`)})
+		}
+	}
+	for k := range 10 {
+		events = append(events, ordered.Event{Key: fmt.Sprintf("single%d", k), Seq: 0, Payload: json.RawMessage(`{}`)})
+	}
+	_, err := b.client.EnqueueMany(b.ctx, events)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(context.Context, *ordered.Job) error {
+		time.Sleep(60 * time.Millisecond) // slower than a claim, and than the least wait before a give-back
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, Registerer: reg})
+	waitFor(t, 30*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == len(events) })
+	require.Zero(t, metricValue(t, reg, "ordered_claimed_ahead_given_back_total"), "jobs given back")
+	var claims int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM ordered_jobs WHERE claim_version > 1").Scan(&claims))
+	require.Zero(t, claims, "jobs claimed more than once")
+}
+
+// A job claimed ahead whose give-back fails (here a trigger makes the release raise) is still
+// the worker's: it waits its turn and runs on its first attempt, rather than sit until its
+// lease expires and lose an attempt it never used.
+func TestWorkerRunsAJobItCouldNotGiveBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for i := range 30 {
+		b.enqueue(t, fmt.Sprintf("warm%02d", i), 1)
+	}
+	gate := make(chan struct{})
+	inGate := make(chan struct{})
+	var mu sync.Mutex
+	ran := map[string]int{}
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		mu.Lock()
+		ran[fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt)]++
+		mu.Unlock()
+		if j.Key == "gate" {
+			close(inGate)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 30*time.Second, "the warm-up jobs done", func() bool { return b.countStatus(t, "done") == 30 })
+
+	_, err := b.pool.Exec(b.ctx, `
+		CREATE SEQUENCE release_attempts;
+		CREATE FUNCTION refuse_release() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF OLD.status = 'running' AND NEW.status = 'queued' AND NEW.attempts = OLD.attempts - 1 THEN
+				PERFORM nextval('release_attempts'); -- not rolled back with the statement
+				RAISE EXCEPTION 'release refused';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_release BEFORE UPDATE ON ordered_jobs
+			FOR EACH ROW EXECUTE FUNCTION refuse_release()`)
+	require.NoError(t, err)
+	b.enqueue(t, "gate", 1)
+	<-inGate
+	const others = 5
+	events := make([]ordered.Event, others)
+	for i := range events {
+		events[i] = ordered.Event{Key: fmt.Sprintf("k%d", i), Seq: 1, Payload: json.RawMessage(`{}`)}
+	}
+	_, err = b.client.EnqueueMany(b.ctx, events)
+	require.NoError(t, err)
+	var claimed int
+	waitFor(t, 10*time.Second, "jobs claimed ahead, then a give-back tried for each", func() bool {
+		var refused int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `
+			SELECT (SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND claim_version > 0),
+			       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM release_attempts)`).Scan(&claimed, &refused))
+		return claimed > 0 && refused == claimed
+	})
+	close(gate)
+	waitFor(t, 10*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == 30+1+others })
+	mu.Lock()
+	defer mu.Unlock()
+	for run, n := range ran {
+		require.Equal(t, 1, n, "%s ran %d times", run, n)
+		require.True(t, strings.HasSuffix(run, "#1"), "%s: not on its first attempt", run)
 	}
 }

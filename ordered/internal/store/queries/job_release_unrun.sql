@@ -14,6 +14,7 @@ WITH released AS (
       AND status = 'running' AND lease_until > clock_timestamp()
     RETURNING id
 )
+-- The wake-up refers to the released row, so it runs once per row released, never on its own.
 SELECT r.id
 FROM released AS r
-CROSS JOIN LATERAL (SELECT pg_notify('ordered_jobs', current_schema())) AS wake;
+CROSS JOIN LATERAL (SELECT pg_notify('ordered_jobs', current_schema()) WHERE r.id IS NOT NULL) AS wake;
