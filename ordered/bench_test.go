@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
 )
 
 // Benchmarks of the hot paths, for comparing changes with benchstat. Speed is measured here and
@@ -88,6 +90,38 @@ func benchClaimCompleteMany(b *testing.B, batch int) {
 		require.NoError(b, err)
 		require.Empty(b, lost)
 		done += len(jobs)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkCompleteClaimNext300 is a worker's hot path on the ordered shape: batches of 300
+// completions, each of which claims its key's next job in the same statement (300 keys, a
+// backlog behind each); b.N counts jobs.
+func BenchmarkCompleteClaimNext300(b *testing.B) {
+	const keys = 300
+	bb := setup(b, nil)
+	perKey := max(b.N/keys, 1) + 1
+	for offset := 0; offset < perKey; offset += 100 {
+		_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(keys*min(100, perKey-offset), keys, int64(offset)))
+		require.NoError(b, err)
+	}
+	_, err := bb.pool.Exec(bb.ctx, "ANALYZE ordered_jobs, ordered_keys")
+	require.NoError(b, err)
+	claimed, err := store.JobClaimMany(bb.ctx, bb.pool, keys, time.Hour)
+	require.NoError(b, err)
+	require.Len(b, claimed, keys)
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		ids, versions := make([]int64, len(claimed)), make([]int64, len(claimed))
+		for i, j := range claimed {
+			ids[i], versions[i] = j.ID, j.ClaimVersion
+		}
+		completed, next, err := store.JobCompleteMany(bb.ctx, bb.pool, ids, versions, len(ids), time.Hour)
+		require.NoError(b, err)
+		require.Len(b, completed, len(ids))
+		require.NotEmpty(b, next)
+		done += len(completed)
+		claimed = next
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }

@@ -216,3 +216,71 @@ func keySeqScans(t *testing.T, b *testBundle, tx pgx.Tx) int {
 		WHERE relid = 'ordered_keys'::regclass`).Scan(&n))
 	return n
 }
+
+// enqueueBuffers enqueues one event under EXPLAIN (ANALYZE, BUFFERS) in a transaction that is
+// rolled back, and returns the shared buffers it touched.
+func enqueueBuffers(t *testing.T, b *testBundle, key string, seq int64) int {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	batch, err := json.Marshal([]map[string]any{{"key": key, "seq": seq, "kind": "", "payload": map[string]any{}, "max_attempts": 3}})
+	require.NoError(t, err)
+	var out []byte
+	require.NoError(t, tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.JobEnqueueJSONSQL, string(batch)).Scan(&out))
+	var doc []struct {
+		Plan struct {
+			SharedHit  int `json:"Shared Hit Blocks"`
+			SharedRead int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(out, &doc))
+	return doc[0].Plan.SharedHit + doc[0].Plan.SharedRead
+}
+
+// An enqueue finds a key's head without reading the key's backlog (there is no index of heads:
+// the lookups walk the key's open jobs in seq order and stop at the head). Appending behind a
+// queued or a running head, or sending an event below a queued head (which moves the head),
+// touches about as many buffers on a key with 20,000 queued jobs as on a key with one.
+func TestEnqueueCostIndependentOfKeyBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const backlog = 20_000
+	// Many keys of a few jobs each, half of them running: the statistics then promise a
+	// handful of open jobs a key, scattered over the table (the claims moved rows), for which
+	// a bitmap scan of all of a key's open jobs and a sort look cheaper than an index walk
+	// that stops at the head.
+	many := make([]ordered.Event, 50_000)
+	for i := range many {
+		many[i] = ordered.Event{Key: fmt.Sprintf("k%05d", i%10_000), Seq: int64(i / 10_000), Payload: json.RawMessage(`{}`)}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, many)
+	require.NoError(t, err)
+	for range 300 {
+		_, err := store.JobClaimMany(b.ctx, b.pool, 16, time.Hour)
+		require.NoError(t, err)
+	}
+	b.enqueue(t, "cold", 10)
+	hot := make([]ordered.Event, backlog)
+	for i := range hot {
+		hot[i] = ordered.Event{Key: "hot", Seq: int64(10 + i), Payload: json.RawMessage(`{}`)}
+	}
+	_, err = b.client.EnqueueMany(b.ctx, hot)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_keys`)
+	require.NoError(t, err)
+
+	check := func(what string, hotSeq, coldSeq int64) {
+		t.Helper()
+		enqueueBuffers(t, b, "cold", coldSeq) // plans the statements of this connection
+		onHot, onCold := enqueueBuffers(t, b, "hot", hotSeq), enqueueBuffers(t, b, "cold", coldSeq)
+		t.Logf("%s: %d buffers on the key with %d jobs, %d on the key with one", what, onHot, backlog, onCold)
+		require.LessOrEqual(t, onHot, 2*onCold+50, "%s read the key's backlog", what)
+	}
+	check("appending behind a queued head", 1_000_000, 1_000_000)
+	check("an event below a queued head", 5, 5)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET status = 'running', attempts = 1, claim_version = 1,
+		lease_until = now() + interval '1 hour', attempted_at = now() WHERE head AND key IN ('hot', 'cold')`)
+	require.NoError(t, err)
+	check("appending behind a running head", 1_000_000, 1_000_000)
+}
