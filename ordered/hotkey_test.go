@@ -238,10 +238,10 @@ func enqueueBuffers(t *testing.T, b *testBundle, key string, seq int64) int {
 	return doc[0].Plan.SharedHit + doc[0].Plan.SharedRead
 }
 
-// An enqueue finds a key's head without reading the key's backlog (there is no index of heads:
-// the lookups walk the key's open jobs in seq order and stop at the head). Appending behind a
-// queued or a running head, or sending an event below a queued head (which moves the head),
-// touches about as many buffers on a key with 20,000 queued jobs as on a key with one.
+// An enqueue finds and moves a key's head without reading the key's backlog, whatever the
+// statistics say. Appending behind a queued or a running head, or sending an event below a
+// queued head (which moves the head), touches about as many buffers on a key with 20,000
+// queued jobs as on a key with one.
 func TestEnqueueCostIndependentOfKeyBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
