@@ -531,6 +531,55 @@ func TestEnqueueBatchWithFinishedDuplicateAndNewEventIsNotLate(t *testing.T) {
 	require.EqualValues(t, 3, b.claimOne(t, b.client).Seq)
 }
 
+// An event below a queued head is checked for lateness before it is inserted, and claims do not
+// wait for the key row the enqueue holds: the head may be claimed and given back for a retry
+// in between (a handler that failed at once). It has started then, so the event is late all
+// the same. A trigger holds the enqueue inside its insert while that happens.
+func TestEnqueueBelowAHeadThatStartedMeanwhileIsLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	head := b.enqueue(t, "race", 10)[0]
+	gateID := rand.Int64()
+	gate, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer gate.Rollback(b.ctx) //nolint:errcheck
+	_, err = gate.Exec(b.ctx, "SELECT pg_advisory_xact_lock($1)", gateID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`
+		CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_advisory_xact_lock(%d);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER hold_insert BEFORE INSERT ON ordered_jobs
+			FOR EACH ROW WHEN (NEW.key = 'race') EXECUTE FUNCTION hold_insert()`, gateID))
+	require.NoError(t, err)
+
+	enqueued := make(chan error, 1)
+	go func() {
+		_, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "race", Seq: 5, Payload: json.RawMessage(`{}`)})
+		enqueued <- err
+	}()
+	waitFor(t, 10*time.Second, "the enqueue held in its insert", func() bool {
+		return b.statementsBlockedBy(t, gate, "ordered_enqueue_events") == 1
+	})
+	job := b.claimOne(t, b.client)
+	require.Equal(t, head, job.ID)
+	outcome, err := b.client.Retry(b.ctx, job, errors.New("failed at once"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Retried, outcome)
+	require.NoError(t, gate.Rollback(b.ctx))
+
+	requireLateEvent(t, <-enqueued, "race", 5, 10)
+	var jobs, heads int
+	var headID int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*), count(*) FILTER (WHERE head), max(id) FILTER (WHERE head)
+		FROM ordered_jobs WHERE key = 'race'`).Scan(&jobs, &heads, &headID))
+	require.Equal(t, 1, jobs, "the late event was written")
+	require.Equal(t, 1, heads)
+	require.Equal(t, head, headID, "the key's head is not the job that started")
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Out-of-order arrival.
 
