@@ -205,6 +205,36 @@ func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
 	require.Equal(t, "done", b.jobStatus(t, ids[0]))
 }
 
+// The replay checks the key's later jobs before it queues the job again, and claims do not wait
+// for the key row it holds: the key's head may be claimed and given back for a retry in
+// between. It has started then, so the replay is out of order all the same.
+func TestReplayBelowAHeadThatStartedMeanwhileNeedsForce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2)
+	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
+	require.Equal(t, ordered.Failed, out)
+	gate := b.holdJobWrites(t, "UPDATE", "OLD.status = 'failed' AND NEW.status = 'queued'")
+
+	replayed := make(chan error, 1)
+	go func() { replayed <- b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{}) }()
+	waitFor(t, 10*time.Second, "the replay held in its update", func() bool {
+		return b.statementsBlockedBy(t, gate, "ordered_job_replay") == 1
+	})
+	j2 := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], j2.ID)
+	outcome, err := b.client.Retry(b.ctx, j2, errors.New("failed at once"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Retried, outcome)
+	require.NoError(t, gate.Rollback(b.ctx))
+
+	require.ErrorIs(t, <-replayed, ordered.ErrReplayOutOfOrder)
+	require.Equal(t, "failed", b.jobStatus(t, ids[0]))
+	var head bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT head FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&head))
+	require.True(t, head, "k/2, which started, is no longer the key's head")
+}
+
 func TestReplayWhileLaterJobRunsIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, skipPolicyCfg())

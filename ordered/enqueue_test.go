@@ -531,6 +531,31 @@ func TestEnqueueBatchWithFinishedDuplicateAndNewEventIsNotLate(t *testing.T) {
 	require.EqualValues(t, 3, b.claimOne(t, b.client).Seq)
 }
 
+// holdJobWrites makes every write of a row of ordered_jobs (event INSERT or UPDATE) that
+// matches when (a trigger's WHEN condition) wait inside the statement until gate, an open
+// transaction holding an advisory lock, ends: a statement can be stopped at one point of its
+// work while other clients act.
+func (b *testBundle) holdJobWrites(t *testing.T, event, when string) (gate pgx.Tx) {
+	t.Helper()
+	lockID := rand.Int64()
+	gate, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = gate.Rollback(context.Background()) })
+	_, err = gate.Exec(b.ctx, "SELECT pg_advisory_xact_lock($1)", lockID)
+	require.NoError(t, err)
+	// Test-made SQL: the event, condition and number are this file's constants.
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`
+		CREATE FUNCTION hold_job_writes() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_advisory_xact_lock(%d);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER hold_job_writes BEFORE %s ON ordered_jobs
+			FOR EACH ROW WHEN (%s) EXECUTE FUNCTION hold_job_writes()`, lockID, event, when))
+	require.NoError(t, err)
+	return gate
+}
+
 // An event below a queued head is checked for lateness before it is inserted, and claims do not
 // wait for the key row the enqueue holds: the head may be claimed and given back for a retry
 // in between (a handler that failed at once). It has started then, so the event is late all
@@ -539,21 +564,7 @@ func TestEnqueueBelowAHeadThatStartedMeanwhileIsLate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	head := b.enqueue(t, "race", 10)[0]
-	gateID := rand.Int64()
-	gate, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer gate.Rollback(b.ctx) //nolint:errcheck
-	_, err = gate.Exec(b.ctx, "SELECT pg_advisory_xact_lock($1)", gateID)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`
-		CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			PERFORM pg_advisory_xact_lock(%d);
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER hold_insert BEFORE INSERT ON ordered_jobs
-			FOR EACH ROW WHEN (NEW.key = 'race') EXECUTE FUNCTION hold_insert()`, gateID))
-	require.NoError(t, err)
+	gate := b.holdJobWrites(t, "INSERT", "NEW.key = 'race'")
 
 	enqueued := make(chan error, 1)
 	go func() {
