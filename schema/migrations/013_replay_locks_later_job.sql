@@ -1,9 +1,12 @@
--- A replay checks again, after it moved the key's head, that no later job of the key has
--- started. Its first check runs before it queues the job, and claims do not wait for the key
--- row it holds: the key's head could be claimed and given back for a retry in between, and
--- the replay, unforced, then ran the job before one that had started
--- (TestReplayBelowAHeadThatStartedMeanwhileNeedsForce). The same race as in
--- 012_enqueue_late_recheck.sql. The body is otherwise that of 001_queue.sql.
+-- A replay locks the key's first later open job before it checks the key's later jobs. The
+-- checks ran while claims and retries, which do not wait for the key row, could still change
+-- that job: claimed and given back for a retry before the replay moved the head, it had
+-- started, and the replay, unforced, ran the failed job before it; claimed and still
+-- running, it made the refresh raise ORD01 (a late event) instead of ORD03 (a later job
+-- running). Now a claim skips the locked head until the replay ends
+-- (TestReplayInFlightKeepsTheHeadFromBeingClaimed). The same race as in
+-- 012_enqueue_late_recheck.sql, closed there by a second look, since an enqueue to a busy key
+-- must not hold up its head. The body is otherwise that of 001_queue.sql.
 CREATE OR REPLACE FUNCTION ordered_job_replay(p_id bigint, p_force boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -15,6 +18,15 @@ BEGIN
                    WHERE id = p_id AND status IN ('failed', 'blocked')) THEN
         RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
     END IF;
+    -- Claims, retries and give-backs do not wait for the key row: lock the key's first later
+    -- open job, the only one of them that can be claimed or retried (it is the head, unless
+    -- this job is), so that the checks below stay true until this transaction ends.
+    PERFORM 1 FROM (
+        SELECT j.id FROM ordered_jobs AS j
+        WHERE j.key = v_key AND j.seq > v_seq AND j.status IN ('queued', 'running', 'blocked')
+        ORDER BY j.seq LIMIT 1) AS later
+    JOIN ordered_jobs AS j ON j.id = later.id
+    FOR NO KEY UPDATE OF j;
     IF EXISTS (SELECT 1 FROM ordered_jobs
                WHERE key = v_key AND seq > v_seq AND status IN ('queued', 'running', 'blocked')
                  AND status = 'running') THEN
@@ -35,17 +47,6 @@ BEGIN
         lease_until = NULL, finished_at = NULL
     WHERE id = p_id;
     PERFORM ordered_heads_refresh(ARRAY[v_key]);
-    -- The checks above ran before the update, and a claim does not wait for the key row: the
-    -- key's head may have been claimed and given back for a retry since. The refresh holds
-    -- the head it demoted now, so this second look is final. (A head claimed and still
-    -- running was kept by the refresh, which raised ORD01.)
-    IF NOT p_force AND EXISTS (
-            SELECT 1 FROM ordered_jobs
-            WHERE key = v_key AND seq > v_seq AND status IN ('queued', 'running', 'blocked')
-              AND (status <> 'queued' OR attempted_at IS NOT NULL)) THEN
-        RAISE EXCEPTION 'ordered: replaying job % would run it after later jobs of key % (force to replay anyway)',
-            p_id, v_key USING ERRCODE = 'ORD02';
-    END IF;
     PERFORM pg_notify('ordered_jobs', current_schema());
 END
 $$;
