@@ -474,8 +474,8 @@ func (b *bench) benchThroughput(ctx context.Context) error {
 }
 
 // benchHotKey drains the other keys with a small and a big backlog on one key behind a
-// running head. A drain of 1,000 jobs lasts about a tenth of a second, so each backlog is
-// measured in hotRounds drains of fresh other keys by one running worker, each timed from the
+// running head. A drain of 1,000 jobs lasts 40 to 100 ms, so each backlog is measured in
+// hotRounds drains of fresh other keys by one running worker, each timed from the
 // commit of the others' one enqueue batch to their last completion committed (a worker's
 // start-up is in neither), and the median is kept. Both queues stand side by side and their
 // drains alternate, so a shared machine's drift falls on both alike.
@@ -513,7 +513,10 @@ func (b *bench) benchHotKey(ctx context.Context) error {
 	return nil
 }
 
-const hotRounds = 9
+// hotRounds is how many drains of each backlog the hot-key median is taken over. With 9, the
+// flatness of the same code read 0.86 to 1.09 in runs on one machine, drains of 40 ms being
+// at the mercy of its noise.
+const hotRounds = 25
 
 // hotQueue is a queue whose hot key holds a backlog behind a running head, with a worker that
 // drains the other keys as they come.
