@@ -514,8 +514,8 @@ func (b *bench) benchHotKey(ctx context.Context) error {
 }
 
 // hotRounds is how many drains of each backlog the hot-key median is taken over. With 9, the
-// flatness of the same code read 0.86 to 1.09 in runs on one machine, drains of 40 ms being
-// at the mercy of its noise.
+// flatness of the same claim and completion code read 0.86 to 1.09 in runs on one machine,
+// drains of 40 ms being at the mercy of its noise.
 const hotRounds = 25
 
 // hotQueue is a queue whose hot key holds a backlog behind a running head, with a worker that
