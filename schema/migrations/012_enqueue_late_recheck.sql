@@ -122,21 +122,25 @@ BEGIN
         -- head that was queued then may have been claimed and given back for a retry since
         -- (a handler that failed at once). It has started, and the refresh, which keeps only
         -- running heads, demoted it. So the heads the new events went below are read again:
-        -- the refresh holds their rows now, so what this sees is final.
-        SELECT j.key, j.seq AS later_seq,
-               (SELECT min(e.seq) FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
-                WHERE e.key = j.key) AS seq
-        INTO v_late
-        FROM ordered_jobs AS j
-        WHERE j.id = ANY (v_old_heads)
-          AND (j.status <> 'queued' OR j.attempted_at IS NOT NULL)
-        LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
-                v_late.key, v_late.seq
-                USING ERRCODE = 'ORD01',
-                      DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
-                                                 'later_seq', v_late.later_seq)::text;
+        -- the refresh holds their rows now, so what this sees is final. A batch that went
+        -- below no head (new or idle keys only) has nothing to read again.
+        IF v_old_heads IS NOT NULL THEN
+            SELECT j.key, j.seq AS later_seq,
+                   (SELECT min(e.seq) FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
+                    WHERE e.key = j.key) AS seq
+            INTO v_late
+            FROM ordered_jobs AS j
+            WHERE j.id = ANY (v_old_heads)
+              AND (j.status <> 'queued' OR j.attempted_at IS NOT NULL)
+            ORDER BY j.key
+            LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
+                    v_late.key, v_late.seq
+                    USING ERRCODE = 'ORD01',
+                          DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
+                                                     'later_seq', v_late.later_seq)::text;
+            END IF;
         END IF;
 
         -- One wake-up per batch, delivered at commit, and only if the batch made a job
