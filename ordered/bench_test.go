@@ -100,7 +100,7 @@ func benchClaimCompleteMany(b *testing.B, batch int) {
 func BenchmarkCompleteClaimNext300(b *testing.B) {
 	const keys = 300
 	bb := setup(b, nil)
-	perKey := max(b.N/keys, 1) + 1
+	perKey := (b.N+keys-1)/keys + 1 // the last batch still claims a next job
 	for offset := 0; offset < perKey; offset += 100 {
 		_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(keys*min(100, perKey-offset), keys, int64(offset)))
 		require.NoError(b, err)
