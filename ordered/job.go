@@ -132,7 +132,9 @@ func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
 
 // CompleteMany completes jobs in one statement and one commit, as Complete does each. It
 // returns the jobs whose claims were lost; nothing changed for them. A batch that deadlocks
-// with a transaction enqueuing to several of its keys out of key order is retried.
+// with a transaction enqueuing to several of its keys out of key order is retried. If the
+// statement fails, it asks the database whether the batch committed all the same (the
+// connection failed after the commit) and, if so, answers as if nothing had failed.
 func (c *Client) CompleteMany(ctx context.Context, jobs []*Job) (lost []*Job, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
@@ -148,6 +150,7 @@ const completeAttempts = 3
 // of the jobs the completions made ready: the next jobs of the completed jobs' keys.
 func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit int) (lost, next []*Job, err error) {
 	ids, versions := claimsOf(jobs)
+	first := time.Now()
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		done, claimed, err := store.JobCompleteMany(ctx, c.pool, ids, versions, limit, c.cfg.Lease)
@@ -155,10 +158,36 @@ func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit i
 			return lostOf(jobs, done), claimedJobs(claimed, sent), nil
 		}
 		// The statement rolled back whole: trying it again is safe.
-		if attempt == completeAttempts || !isTransient(err) || ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
+		if attempt < completeAttempts && isTransient(err) && ctx.Err() == nil {
+			continue
 		}
+		// The answer may be what was lost (the connection failed after the commit): then the
+		// next jobs the batch claimed would wait out their leases, and the jobs it completed
+		// would look lost to a second try.
+		if lost, next, ok := c.batchOutcome(ctx, jobs, first); ok {
+			return lost, next, nil
+		}
+		return nil, nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
 	}
+}
+
+// batchOutcome asks the database what became of a completion batch of jobs, first sent at
+// sent, whose answer was lost. ok: it committed, and lost and next are its outcome (the next
+// jobs it claimed and nothing has taken since, leased from no earlier than sent).
+func (c *Client) batchOutcome(ctx context.Context, jobs []*Job, sent time.Time) (lost, next []*Job, ok bool) {
+	if ctx.Err() != nil {
+		return nil, nil, false
+	}
+	ids, versions := claimsOf(jobs)
+	keys := make([]string, len(jobs))
+	for i, j := range jobs {
+		keys[i] = j.Key
+	}
+	done, claimed, err := store.JobBatchOutcome(ctx, c.pool, ids, versions, keys)
+	if err != nil || len(done) == 0 {
+		return nil, nil, false
+	}
+	return lostOf(jobs, done), claimedJobs(claimed, sent), true
 }
 
 func claimsOf(jobs []*Job) (ids, versions []int64) {

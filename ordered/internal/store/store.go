@@ -25,6 +25,7 @@ func query(name string) string {
 }
 
 var (
+	jobBatchOutcomeSQL    = query("job_batch_outcome.sql")
 	jobClaimManySQL       = query("job_claim_many.sql")
 	jobCompleteManySQL    = query("job_complete_many.sql")
 	jobEnqueueJSONSQL     = query("job_enqueue_json.sql")
@@ -137,6 +138,23 @@ func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLi
 	if err != nil {
 		return nil, nil, err
 	}
+	return scanCompletion(rows)
+}
+
+// JobBatchOutcome finds what became of a completion batch of the claims (ids[i], versions[i])
+// of jobs of keys[i] whose answer was lost: if it committed, the claims it completed and the
+// next jobs it claimed that nothing has touched since; neither if it did not.
+func JobBatchOutcome(ctx context.Context, db DBTX, ids, versions []int64,
+	keys []string) (completed []Claim, claimed []ClaimedJob, err error) {
+	rows, err := db.Query(ctx, jobBatchOutcomeSQL, ids, versions, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	return scanCompletion(rows)
+}
+
+// scanCompletion reads the rows of a completion: completed claims, then claimed next jobs.
+func scanCompletion(rows pgx.Rows) (completed []Claim, claimed []ClaimedJob, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		var done bool

@@ -1,0 +1,233 @@
+package ordered_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
+)
+
+// A completion batch whose connection fails after its commit, before its answer arrives, is
+// found out, not mistaken for lost claims: CompleteMany reports no error and nothing lost.
+func TestCompleteManyFindsOutABatchWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a1 := b.enqueue(t, "a", 1, 2)[0]
+	b.enqueue(t, "b", 1)
+	cut := &answerCutter{marker: "ordered_jobs_complete(", committed: func() bool {
+		return b.hasStatus(a1, "done")
+	}}
+	c := b.clientCutBy(t, cut, nil)
+	jobs, err := c.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"a/1", "b/1"}, describe(jobs))
+	stale := jobs[0]
+	if stale.Key != "b" {
+		stale = jobs[1]
+	}
+	b.expireLease(t, stale.ID) // b/1's claim goes stale: lost, whatever the answer
+	retaken := b.claimOne(t, b.client)
+	require.Equal(t, stale.ID, retaken.ID)
+
+	cut.arm(afterCommit)
+	lost, err := c.CompleteMany(b.ctx, jobs)
+	require.NoError(t, err)
+	require.Equal(t, []*ordered.Job{stale}, lost)
+	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
+	require.Equal(t, "done", b.jobStatus(t, a1))
+}
+
+// A batch whose connection fails before the statement reaches the server changed nothing,
+// and CompleteMany says so.
+func TestCompleteManyReportsABatchThatNeverRan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a1 := b.enqueue(t, "a", 1)[0]
+	cut := &answerCutter{marker: "ordered_jobs_complete("}
+	c := b.clientCutBy(t, cut, nil)
+	job := b.claimOne(t, c)
+
+	cut.arm(beforeSending)
+	_, err := c.CompleteMany(b.ctx, []*ordered.Job{job})
+	require.ErrorContains(t, err, "connection lost before the statement was sent")
+	require.Equal(t, int32(1), cut.cuts.Load())
+	require.Equal(t, "running", b.jobStatus(t, a1))
+	require.NoError(t, c.Complete(b.ctx, job), "the claim still holds")
+}
+
+// The next job a worker's completion batch claimed runs at once when the batch's answer is
+// lost after its commit, on its first attempt, not after its lease (a minute here) expires.
+func TestWorkerRunsTheNextJobOfABatchWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "a", 1, 2)
+	cut := &answerCutter{marker: "ordered_jobs_complete(", committed: func() bool {
+		return b.hasStatus(ids[0], "done")
+	}}
+	c := b.clientCutBy(t, cut, &ordered.Config{Lease: time.Minute})
+	var mu sync.Mutex
+	var ran []string
+	second := make(chan struct{})
+	startWorker(t, b, c, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, fmt.Sprintf("%s attempt %d", j.IdempotencyKey(), j.Attempt))
+		switch j.Seq {
+		case 1:
+			cut.arm(afterCommit) // the batch that completes a/1 and claims a/2
+		case 2:
+			close(second)
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
+
+	select {
+	case <-second:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a/2 did not run: the batch's claim of it was not found")
+	}
+	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"a/1 attempt 1", "a/2 attempt 1"}, ran)
+}
+
+// What a lost batch did is read from the rows it wrote: a next job it claimed that another
+// claim has taken since (its lease ran out) is not the batch's any more and is not returned.
+func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1, 2)
+	b.enqueue(t, "b", 1, 2)
+	b.enqueue(t, "c", 1)
+	jobs := b.claimAll(t)
+	require.Len(t, jobs, 3)
+	ids, versions, keys := make([]int64, len(jobs)), make([]int64, len(jobs)), make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], versions[i], keys[i] = j.ID, j.ClaimVersion, j.Key
+	}
+	completed, next, err := store.JobCompleteMany(b.ctx, b.pool, ids, versions, len(ids), time.Minute)
+	require.NoError(t, err)
+	require.Len(t, completed, 3)
+	require.Len(t, next, 2) // a/2 and b/2
+
+	var b2 store.ClaimedJob
+	for _, n := range next {
+		if n.Key == "b" {
+			b2 = n
+		}
+	}
+	b.expireLease(t, b2.ID)
+	require.Equal(t, "b/2", b.claimOne(t, b.client).IdempotencyKey())
+
+	gotDone, gotNext, err := store.JobBatchOutcome(b.ctx, b.pool, ids, versions, keys)
+	require.NoError(t, err)
+	require.ElementsMatch(t, completed, gotDone)
+	require.Len(t, gotNext, 1)
+	require.Equal(t, "a", gotNext[0].Key)
+	require.Equal(t, int64(2), gotNext[0].Seq)
+
+	// A batch that did not commit shows nothing.
+	gotDone, gotNext, err = store.JobBatchOutcome(b.ctx, b.pool, []int64{b2.ID}, []int64{b2.ClaimVersion}, []string{"b"})
+	require.NoError(t, err)
+	require.Empty(t, gotDone)
+	require.Empty(t, gotNext)
+}
+
+// hasStatus reports whether job id has status; usable off the test's goroutine.
+func (b *testBundle) hasStatus(id int64, status string) bool {
+	var got string
+	err := b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE id = $1`, id).Scan(&got)
+	return err == nil && got == status
+}
+
+// clientCutBy is a client whose connections cut severs; TLS is off so it can read them.
+func (b *testBundle) clientCutBy(t *testing.T, cut *answerCutter, cfg *ordered.Config) *ordered.Client {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(b.queue.URL)
+	require.NoError(t, err)
+	pcfg.ConnConfig.TLSConfig = nil
+	pcfg.ConnConfig.Fallbacks = nil
+	pcfg.ConnConfig.DialFunc = cut.dial
+	// One round trip a statement, its text in every one (no named prepared statements).
+	pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(b.ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := ordered.NewClient(pool, cfg)
+	require.NoError(t, err)
+	return c
+}
+
+type cutMode int32
+
+const (
+	afterCommit   cutMode = iota + 1 // the answer is lost once the statement committed
+	beforeSending                    // the statement never reaches the server
+)
+
+// answerCutter severs the connection of the next statement whose text holds marker, as a
+// network failure would: before the statement is sent, or after it committed (committed
+// reports that from another connection) and before its answer is read.
+type answerCutter struct {
+	marker    string
+	committed func() bool
+	mode      atomic.Int32
+	cuts      atomic.Int32
+}
+
+func (a *answerCutter) arm(m cutMode) { a.mode.Store(int32(m)) }
+
+func (a *answerCutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &cuttableConn{Conn: conn, cutter: a}, nil
+}
+
+type cuttableConn struct {
+	net.Conn
+	cutter *answerCutter
+	// cutAnswer: this connection sent the marked statement; its answer is to be lost.
+	cutAnswer atomic.Bool
+}
+
+func (c *cuttableConn) Write(p []byte) (int, error) {
+	a := c.cutter
+	if a.mode.Load() != 0 && bytes.Contains(p, []byte(a.marker)) {
+		switch cutMode(a.mode.Swap(0)) {
+		case beforeSending:
+			a.cuts.Add(1)
+			_ = c.Conn.Close()
+			return 0, errors.New("test: connection lost before the statement was sent")
+		case afterCommit:
+			c.cutAnswer.Store(true)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *cuttableConn) Read(p []byte) (int, error) {
+	if c.cutAnswer.Swap(false) {
+		for deadline := time.Now().Add(10 * time.Second); !c.cutter.committed() && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		c.cutter.cuts.Add(1)
+		_ = c.Conn.Close()
+		return 0, errors.New("test: connection lost after the statement committed")
+	}
+	return c.Conn.Read(p)
+}
