@@ -3,6 +3,7 @@ package ordered
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -106,9 +107,16 @@ func claimedJobs(rows []store.ClaimedJob, sent time.Time) []*Job {
 }
 
 // Complete marks the job done and hands its key to the next job. ErrLeaseLost: the claim is
-// no longer current and nothing changed.
+// no longer current and nothing changed. If the statement fails, it asks the database whether
+// the completion committed all the same (the connection failed after the commit).
 func (c *Client) Complete(ctx context.Context, job *Job) error {
-	return c.complete(ctx, c.pool, job)
+	err := c.complete(ctx, c.pool, job)
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		if lost, _, committed := c.batchOutcome(ctx, []*Job{job}, time.Now()); committed && len(lost) == 0 {
+			return nil
+		}
+	}
+	return err
 }
 
 // CompleteTx completes the job inside tx, so a handler's effect in the same database and the

@@ -49,6 +49,23 @@ func TestCompleteManyFindsOutABatchWhoseAnswerWasLost(t *testing.T) {
 	require.Equal(t, "done", b.jobStatus(t, a1))
 }
 
+// So is a single completion's.
+func TestCompleteFindsOutACompletionWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a1 := b.enqueue(t, "a", 1, 2)[0]
+	cut := &answerCutter{marker: "ordered_jobs_complete(", committed: func() bool {
+		return b.hasStatus(a1, "done")
+	}}
+	c := b.clientCutBy(t, cut, nil)
+	job := b.claimOne(t, c)
+
+	cut.arm(afterCommit)
+	require.NoError(t, c.Complete(b.ctx, job))
+	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
+	require.Equal(t, "a/2", b.claimOne(t, b.client).IdempotencyKey())
+}
+
 // A batch whose connection fails before the statement reaches the server changed nothing,
 // and CompleteMany says so.
 func TestCompleteManyReportsABatchThatNeverRan(t *testing.T) {
