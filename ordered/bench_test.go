@@ -1,8 +1,10 @@
 package ordered_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +126,34 @@ func BenchmarkCompleteClaimNext300(b *testing.B) {
 		claimed = next
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkWorkerDrain64 is the whole worker path, handlers and the client included: a worker
+// with 64 no-op handlers drains b.N jobs over 1,000 keys. Its
+// allocations a job are the worker's and pgx's (testing counts every goroutine's).
+func BenchmarkWorkerDrain64(b *testing.B) {
+	bb := setup(b, nil)
+	jobs, keys := b.N, min(b.N, 1_000)
+	for offset := 0; offset < jobs; offset += 10 * keys {
+		_, err := bb.client.EnqueueMany(bb.ctx, benchEvents(min(10*keys, jobs-offset), keys, int64(offset/keys)))
+		require.NoError(b, err)
+	}
+	_, err := bb.pool.Exec(bb.ctx, "ANALYZE ordered_jobs, ordered_keys")
+	require.NoError(b, err)
+	var ran atomic.Int64
+	drained := make(chan struct{})
+	w, err := bb.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error {
+		if ran.Add(1) == int64(jobs) {
+			close(drained)
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 64, PollInterval: time.Second})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	b.ResetTimer()
+	require.NoError(b, w.Start(bb.ctx))
+	<-drained
+	b.StopTimer()
+	require.NoError(b, w.Stop(bb.ctx))
+	b.ReportMetric(float64(jobs)/b.Elapsed().Seconds(), "jobs/s")
 }

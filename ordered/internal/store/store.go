@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 //go:embed queries/*.sql
@@ -154,26 +155,32 @@ func JobBatchOutcome(ctx context.Context, db DBTX, ids, versions []int64,
 }
 
 // scanCompletion reads the rows of a completion: completed claims, then claimed next jobs.
+// The columns a completed claim leaves null are scanned into pgtype values of one struct for
+// all rows, not into pointers: a pointer a column a row was most of a worker's allocations.
 func scanCompletion(rows pgx.Rows) (completed []Claim, claimed []ClaimedJob, err error) {
 	defer rows.Close()
+	var r struct {
+		done                                          bool
+		key, kind                                     pgtype.Text
+		seq, version                                  pgtype.Int8
+		attempts, maxAttempts                         pgtype.Int4
+		leaseUntil, createdAt, availableAt, attempted pgtype.Timestamptz
+	}
 	for rows.Next() {
-		var done bool
 		var j ClaimedJob
-		var key, kind *string
-		var seq, version *int64
-		var attempts, maxAttempts *int
-		var leaseUntil, createdAt, availableAt, attemptedAt *time.Time
-		if err := rows.Scan(&done, &j.ID, &key, &seq, &kind, &j.Payload, &attempts, &maxAttempts,
-			&version, &leaseUntil, &createdAt, &availableAt, &attemptedAt, &j.LastError); err != nil {
+		if err := rows.Scan(&r.done, &j.ID, &r.key, &r.seq, &r.kind, &j.Payload, &r.attempts,
+			&r.maxAttempts, &r.version, &r.leaseUntil, &r.createdAt, &r.availableAt, &r.attempted,
+			&j.LastError); err != nil {
 			return nil, nil, err
 		}
-		if done {
-			completed = append(completed, Claim{ID: j.ID, Version: *version})
+		if r.done {
+			completed = append(completed, Claim{ID: j.ID, Version: r.version.Int64})
 			continue
 		}
-		j.Key, j.Seq, j.Kind, j.ClaimVersion = *key, *seq, *kind, *version
-		j.Attempts, j.MaxAttempts = *attempts, *maxAttempts
-		j.LeaseUntil, j.CreatedAt, j.AvailableAt, j.AttemptedAt = *leaseUntil, *createdAt, *availableAt, *attemptedAt
+		j.Key, j.Seq, j.Kind, j.ClaimVersion = r.key.String, r.seq.Int64, r.kind.String, r.version.Int64
+		j.Attempts, j.MaxAttempts = int(r.attempts.Int32), int(r.maxAttempts.Int32)
+		j.LeaseUntil, j.CreatedAt = r.leaseUntil.Time, r.createdAt.Time
+		j.AvailableAt, j.AttemptedAt = r.availableAt.Time, r.attempted.Time
 		claimed = append(claimed, j)
 	}
 	return completed, claimed, rows.Err()
