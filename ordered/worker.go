@@ -578,59 +578,73 @@ func (w *Worker) giveBackUnrun(job *Job) error {
 // most jobs end before their first beat, and a goroutine a job doubled the stacks that every
 // garbage collection scans.
 func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job) (stop func()) {
-	lease, interval := w.client.cfg.Lease, w.cfg.HeartbeatInterval
-	margin := lease / 10
-	expires := job.claimedAt.Add(lease - margin)
-	var (
-		mu       sync.Mutex
-		stopped  bool
-		inFlight sync.WaitGroup
-		timer    *time.Timer
-	)
-	beat := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		inFlight.Add(1) // under mu: stop's Wait cannot have begun
-		mu.Unlock()
-		defer inFlight.Done()
+	lease := w.client.cfg.Lease
+	h := &heartbeat{w: w, ctx: ctx, cancel: cancel, job: job, expires: job.claimedAt.Add(lease - lease/10)}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(w.cfg.HeartbeatInterval, h.beat)
+	h.mu.Unlock()
+	return h.stop
+}
 
-		sent := time.Now()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
-		_, err := w.client.Renew(rctx, job)
-		rcancel()
-		switch {
-		case err == nil:
-			expires = sent.Add(lease - margin)
-		case errors.Is(err, ErrLeaseLost):
-			cancel(ErrLeaseLost)
-			return
-		case time.Now().After(expires):
-			w.log.Warn("ordered: lease ran out while renewals failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
-			cancel(ErrLeaseLost)
-			return
-		default:
-			// The next beat tries again; the database decides whether the lease still holds.
-			w.log.Warn("ordered: lease renewal failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			timer.Reset(time.Until(sent.Add(interval))) // the beats keep their cadence
-		}
+// heartbeat is one job's lease renewal: one allocation, where closures over its variables
+// were several a job.
+type heartbeat struct {
+	w      *Worker
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	job    *Job
+	// expires is when the lease runs out by this process's clock, less a margin.
+	expires time.Time
+
+	mu       sync.Mutex
+	stopped  bool
+	inFlight sync.WaitGroup
+	timer    *time.Timer
+}
+
+func (h *heartbeat) beat() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
 	}
-	mu.Lock()
-	timer = time.AfterFunc(interval, beat)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-		inFlight.Wait()
+	h.inFlight.Add(1) // under mu: stop's Wait cannot have begun
+	h.mu.Unlock()
+	defer h.inFlight.Done()
+
+	w, job := h.w, h.job
+	lease, interval := w.client.cfg.Lease, w.cfg.HeartbeatInterval
+	sent := time.Now()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), interval)
+	_, err := w.client.Renew(rctx, job)
+	rcancel()
+	switch {
+	case err == nil:
+		h.expires = sent.Add(lease - lease/10)
+	case errors.Is(err, ErrLeaseLost):
+		h.cancel(ErrLeaseLost)
+		return
+	case time.Now().After(h.expires):
+		w.log.Warn("ordered: lease ran out while renewals failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
+		h.cancel(ErrLeaseLost)
+		return
+	default:
+		// The next beat tries again; the database decides whether the lease still holds.
+		w.log.Warn("ordered: lease renewal failed", slogJob(job.ID, job.Key, job.Seq), "error", err)
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		h.timer.Reset(time.Until(sent.Add(interval))) // the beats keep their cadence
+	}
+}
+
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	h.inFlight.Wait()
 }
 
 // settle records a failed attempt (herr is not nil): a retry, or a failure for good.
