@@ -438,7 +438,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 
 	// The heartbeat runs until the outcome is settled: a completion that waits for the key
 	// (an open enqueue of it) must not outlive the lease meanwhile.
-	defer w.startHeartbeat(ctx, cancel, job)()
+	defer w.startHeartbeat(ctx, cancel, job).stop()
 
 	// A slot for the handler; the heartbeat keeps the lease while the job waits for one.
 	slotted, waitedTooLong := w.takeSlot(ctx, ahead)
@@ -571,19 +571,19 @@ func (w *Worker) giveBackUnrun(job *Job) error {
 	return err
 }
 
-// startHeartbeat renews the job's lease every HeartbeatInterval until the returned stop is
+// startHeartbeat renews the job's lease every HeartbeatInterval until the heartbeat's stop is
 // called; stop waits for a renewal in flight. A lost claim cancels the handler; so does a
 // lease that ran out, by this process's clock, while renewals kept failing (the database may
 // be unreachable, and another worker may own the job by now). It is a timer, not a goroutine:
 // most jobs end before their first beat, and a goroutine a job doubled the stacks that every
 // garbage collection scans.
-func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job) (stop func()) {
+func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job) *heartbeat {
 	lease := w.client.cfg.Lease
 	h := &heartbeat{w: w, ctx: ctx, cancel: cancel, job: job, expires: job.claimedAt.Add(lease - lease/10)}
 	h.mu.Lock()
 	h.timer = time.AfterFunc(w.cfg.HeartbeatInterval, h.beat)
 	h.mu.Unlock()
-	return h.stop
+	return h
 }
 
 // heartbeat is one job's lease renewal: one allocation, where closures over its variables
