@@ -121,8 +121,8 @@ func (c *completer) settle(batch []completion) {
 	if err != nil {
 		// One at a time, without claims: a job the batch cannot complete then costs only
 		// itself. (A batch that committed but whose answer was lost does not come here, unless
-		// asking what it did failed too: then each of these asks again for its own job, and
-		// the next jobs the batch claimed run again after their leases expire.)
+		// it timed out or asking what it did failed too: then each of these asks again for its
+		// own job, and the next jobs the batch claimed run again after their leases expire.)
 		c.w.log.Warn("ordered: a completion batch failed; completing its jobs one at a time",
 			"jobs", len(jobs), "error", err)
 		for _, b := range batch {

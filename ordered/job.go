@@ -107,12 +107,13 @@ func claimedJobs(rows []store.ClaimedJob, sent time.Time) []*Job {
 }
 
 // Complete marks the job done and hands its key to the next job. ErrLeaseLost: the claim is
-// no longer current and nothing changed. If the statement fails, it asks the database whether
-// the completion committed all the same (the connection failed after the commit).
+// no longer current and nothing changed. If the statement fails before ctx ends, it asks the
+// database whether the completion committed all the same (the connection failed after the
+// commit).
 func (c *Client) Complete(ctx context.Context, job *Job) error {
 	err := c.complete(ctx, c.pool, job)
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		if lost, _, committed := c.batchOutcome(ctx, []*Job{job}, time.Now()); committed && len(lost) == 0 {
+		if lost, _, committed := c.batchOutcome(ctx, []*Job{job}, false); committed && len(lost) == 0 {
 			return nil
 		}
 	}
@@ -141,8 +142,8 @@ func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
 // CompleteMany completes jobs in one statement and one commit, as Complete does each. It
 // returns the jobs whose claims were lost; nothing changed for them. A batch that deadlocks
 // with a transaction enqueuing to several of its keys out of key order is retried. If the
-// statement fails, it asks the database whether the batch committed all the same (the
-// connection failed after the commit) and, if so, answers as if nothing had failed.
+// statement fails before ctx ends, it asks the database whether the batch committed all the
+// same (the connection failed after the commit) and, if so, answers as if nothing had failed.
 func (c *Client) CompleteMany(ctx context.Context, jobs []*Job) (lost []*Job, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
@@ -158,7 +159,6 @@ const completeAttempts = 3
 // of the jobs the completions made ready: the next jobs of the completed jobs' keys.
 func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit int) (lost, next []*Job, err error) {
 	ids, versions := claimsOf(jobs)
-	first := time.Now()
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		done, claimed, err := store.JobCompleteMany(ctx, c.pool, ids, versions, limit, c.cfg.Lease)
@@ -172,26 +172,30 @@ func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit i
 		// The answer may be what was lost (the connection failed after the commit): then the
 		// next jobs the batch claimed would wait out their leases, and the jobs it completed
 		// would look lost to a second try.
-		if lost, next, ok := c.batchOutcome(ctx, jobs, first); ok {
+		if lost, next, ok := c.batchOutcome(ctx, jobs, limit > 0); ok {
 			return lost, next, nil
 		}
 		return nil, nil, fmt.Errorf("ordered: complete %d jobs: %w", len(jobs), err)
 	}
 }
 
-// batchOutcome asks the database what became of a completion batch of jobs, first sent at
-// sent, whose answer was lost. ok: it committed, and lost and next are its outcome (the next
-// jobs it claimed and nothing has taken since, leased from no earlier than sent).
-func (c *Client) batchOutcome(ctx context.Context, jobs []*Job, sent time.Time) (lost, next []*Job, ok bool) {
+// batchOutcome asks the database what became of a completion batch of jobs whose answer was
+// lost. ok: it committed, and lost and next are its outcome; with claimedNext (the batch
+// claimed next jobs), next holds those that are still its own, leased again from now.
+func (c *Client) batchOutcome(ctx context.Context, jobs []*Job, claimedNext bool) (lost, next []*Job, ok bool) {
 	if ctx.Err() != nil {
 		return nil, nil, false
 	}
 	ids, versions := claimsOf(jobs)
-	keys := make([]string, len(jobs))
-	for i, j := range jobs {
-		keys[i] = j.Key
+	var keys []string
+	if claimedNext {
+		keys = make([]string, len(jobs))
+		for i, j := range jobs {
+			keys[i] = j.Key
+		}
 	}
-	done, claimed, err := store.JobBatchOutcome(ctx, c.pool, ids, versions, keys)
+	sent := time.Now()
+	done, claimed, err := store.JobBatchOutcome(ctx, c.pool, ids, versions, keys, c.cfg.Lease)
 	if err != nil || len(done) == 0 {
 		return nil, nil, false
 	}

@@ -121,6 +121,82 @@ func TestWorkerRunsTheNextJobOfABatchWhoseAnswerWasLost(t *testing.T) {
 	require.Equal(t, []string{"a/1 attempt 1", "a/2 attempt 1"}, ran)
 }
 
+// A next job whose lease ran out before the batch's answer was known is not taken over: by
+// then another worker may have claimed it. The job is recovered as any expired lease is, and
+// it never runs in two places at once.
+func TestWorkerLeavesANextJobWhoseLeaseRanOutMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "a", 1, 2, 3)
+	leaseExpired := func(id int64) bool {
+		var expired bool
+		err := b.pool.QueryRow(b.ctx, `SELECT status = 'running' AND lease_until < clock_timestamp()
+			FROM ordered_jobs WHERE id = $1`, id).Scan(&expired)
+		return err == nil && expired
+	}
+	// The error reaches the worker only once the lease of a/2, claimed by the batch, is over.
+	cut := &answerCutter{marker: "ordered_jobs_complete(", committed: func() bool {
+		return b.hasStatus(ids[0], "done") && leaseExpired(ids[1])
+	}}
+	c := b.clientCutBy(t, cut, &ordered.Config{Lease: 500 * time.Millisecond})
+	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
+	var mu sync.Mutex
+	var ran []string
+	second := make(chan struct{})
+	startWorker(t, b, c, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch j.Seq {
+		case 1:
+			cut.arm(afterCommit)
+		case 2:
+			ran = append(ran, fmt.Sprintf("worker: %s attempt %d", j.IdempotencyKey(), j.Attempt))
+			// Another worker tries while this one runs it.
+			if jobs, err := other.Claim(b.ctx, 1); err == nil && len(jobs) == 1 {
+				ran = append(ran, "other: "+jobs[0].IdempotencyKey())
+			}
+			close(second)
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
+
+	select {
+	case <-second:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a/2 did not run")
+	}
+	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"worker: a/2 attempt 2"}, ran, "a/2 ran in two places, or on the lost lease")
+}
+
+// A job of the batch done at the version the batch held may have been completed by another
+// statement of the same claim. A batch that never reached the server is not mistaken for
+// having committed because of it: its other claim, still live, is not reported lost.
+func TestCompleteManyDoesNotTakeAnotherStatementsCommitForItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1)
+	kID := b.enqueue(t, "k", 1)[0]
+	cut := &answerCutter{marker: "ordered_jobs_complete("}
+	c := b.clientCutBy(t, cut, nil)
+	jobs, err := c.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"a/1", "k/1"}, describe(jobs))
+	j, k := jobs[0], jobs[1]
+	if j.Key != "a" {
+		j, k = k, j
+	}
+	require.NoError(t, b.client.Complete(b.ctx, j))
+
+	cut.arm(beforeSending)
+	_, err = c.CompleteMany(b.ctx, []*ordered.Job{j, k})
+	require.ErrorContains(t, err, "connection lost before the statement was sent")
+	require.Equal(t, "running", b.jobStatus(t, kID))
+	require.NoError(t, c.Complete(b.ctx, k), "k's claim still holds")
+}
+
 // What a lost batch did is read from the rows it wrote: a next job it claimed that another
 // claim has taken since (its lease ran out) is not the batch's any more and is not returned.
 func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
@@ -149,7 +225,7 @@ func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
 	b.expireLease(t, b2.ID)
 	require.Equal(t, "b/2", b.claimOne(t, b.client).IdempotencyKey())
 
-	gotDone, gotNext, err := store.JobBatchOutcome(b.ctx, b.pool, ids, versions, keys)
+	gotDone, gotNext, err := store.JobBatchOutcome(b.ctx, b.pool, ids, versions, keys, time.Minute)
 	require.NoError(t, err)
 	require.ElementsMatch(t, completed, gotDone)
 	require.Len(t, gotNext, 1)
@@ -157,7 +233,7 @@ func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
 	require.Equal(t, int64(2), gotNext[0].Seq)
 
 	// A batch that did not commit shows nothing.
-	gotDone, gotNext, err = store.JobBatchOutcome(b.ctx, b.pool, []int64{b2.ID}, []int64{b2.ClaimVersion}, []string{"b"})
+	gotDone, gotNext, err = store.JobBatchOutcome(b.ctx, b.pool, []int64{b2.ID}, []int64{b2.ClaimVersion}, []string{"b"}, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, gotDone)
 	require.Empty(t, gotNext)

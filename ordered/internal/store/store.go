@@ -144,10 +144,10 @@ func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLi
 
 // JobBatchOutcome finds what became of a completion batch of the claims (ids[i], versions[i])
 // of jobs of keys[i] whose answer was lost: if it committed, the claims it completed and the
-// next jobs it claimed that nothing has touched since; neither if it did not.
-func JobBatchOutcome(ctx context.Context, db DBTX, ids, versions []int64,
-	keys []string) (completed []Claim, claimed []ClaimedJob, err error) {
-	rows, err := db.Query(ctx, jobBatchOutcomeSQL, ids, versions, keys)
+// next jobs it claimed that are still its own, leased again for lease; neither if it did not.
+func JobBatchOutcome(ctx context.Context, db DBTX, ids, versions []int64, keys []string,
+	lease time.Duration) (completed []Claim, claimed []ClaimedJob, err error) {
+	rows, err := db.Query(ctx, jobBatchOutcomeSQL, ids, versions, keys, lease)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,15 +1,34 @@
 -- What became of a completion batch whose answer was lost ($1 ids, $2 their claim versions,
 -- $3 their keys, same positions), in the rows of job_complete_many.sql: if it committed, the
--- jobs it completed (completed true) and the next jobs it claimed that nothing has written
--- since; no rows if it did not commit, or completed nothing. A row keeps the transaction that
--- wrote it as its xmin: a job the batch completed (done, at the version the batch held) for
--- good, a next job it claimed until a renewal, a release or another claim writes it again.
+-- jobs it completed (completed true) and the next jobs it claimed that are still its own,
+-- leased again for $4 from now; no rows if it did not commit, or completed nothing.
+--
+-- A row keeps the transaction that wrote it as its xmin: a job the batch completed (done, at
+-- the version the batch held) for good, a next job it claimed until a renewal, a release or
+-- another claim writes it again. A claim of the batch still running, its lease live, means
+-- the batch did not commit (it would have completed it; a lease is only ever renewed while
+-- live): then a job done at the batch's version was completed by another statement, and
+-- nothing is answered. A next job is taken over only with its lease live, in this statement,
+-- so a claim of it after an expiry can neither come before nor be overtaken.
 WITH batch AS (
     SELECT j.xmin AS xid
     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, version)
     JOIN ordered_jobs AS j ON j.id = c.id
     WHERE j.status = 'done' AND j.claim_version = c.version
+      AND NOT EXISTS (
+          SELECT 1
+          FROM unnest($1::bigint[], $2::bigint[]) AS r(id, version)
+          JOIN ordered_jobs AS o ON o.id = r.id
+          WHERE o.status = 'running' AND o.claim_version = r.version
+            AND o.lease_until > clock_timestamp())
     LIMIT 1
+), next AS (
+    UPDATE ordered_jobs AS j
+    SET lease_until = clock_timestamp() + $4::interval
+    FROM batch
+    WHERE j.key = ANY ($3::text[]) AND j.status = 'running' AND j.xmin = batch.xid
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.*
 )
 SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::text AS kind,
        NULL::jsonb AS payload, NULL::integer AS attempts, NULL::integer AS max_attempts,
@@ -19,8 +38,7 @@ SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::te
 FROM batch
 JOIN ordered_jobs AS j ON j.id = ANY ($1::bigint[]) AND j.status = 'done' AND j.xmin = batch.xid
 UNION ALL
-SELECT false, j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts,
-       j.claim_version, j.lease_until, j.created_at, j.available_at, j.attempted_at,
-       j.last_error
-FROM batch
-JOIN ordered_jobs AS j ON j.key = ANY ($3::text[]) AND j.status = 'running' AND j.xmin = batch.xid;
+SELECT false, n.id, n.key, n.seq, n.kind, n.payload, n.attempts, n.max_attempts,
+       n.claim_version, n.lease_until, n.created_at, n.available_at, n.attempted_at,
+       n.last_error
+FROM next AS n;
