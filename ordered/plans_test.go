@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,48 +19,61 @@ import (
 
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/internal/store"
+	"github.com/orderedq/ordered/ordered/orderedtest"
+	"github.com/orderedq/ordered/schema"
 )
 
 // A connection keeps the plans of the queue's functions for its whole life, and PostgreSQL
-// replans them only when the tables' statistics change. A service that starts on an empty
-// queue makes them there; if nothing analyses the tables as they grow (autovacuum off, or
-// before its next round), a plan that read the tiny table whole must not stay: every
-// operation below, planned on an empty queue and run again after 100,000 jobs arrived,
-// reaches ordered_jobs and ordered_keys through their indexes only.
+// replans them only when the tables' statistics change (or the database's schemas do). A
+// service that starts on an empty queue makes them there; if nothing analyses the tables as
+// they grow (autovacuum off, or before its next round), a plan that read the tiny table whole
+// must not stay: every operation below, planned on an empty queue and run again after 100,000
+// jobs arrived, reads no more than a few rows of ordered_jobs and ordered_keys at each step
+// (auto_explain's ANALYZE figures of every statement, nested ones included).
 func TestPlansMadeOnAnEmptyQueueDoNotScanItLater(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	_, err := b.pool.Exec(b.ctx, `ALTER TABLE ordered_jobs SET (autovacuum_enabled = off);
+	// A database of its own: other tests create and drop schemas, which resets the plans of
+	// every session of their database, this test's too.
+	url := privateDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	admin, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	_, err = schema.Migrate(ctx, admin)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `ALTER TABLE ordered_jobs SET (autovacuum_enabled = off);
 		ALTER TABLE ordered_keys SET (autovacuum_enabled = off)`)
 	require.NoError(t, err)
 
-	// One connection, its statements' plans written to it by auto_explain.
-	cfg, err := pgxpool.ParseConfig(b.queue.URL)
+	// One connection, its statements' plans and row counts written to it by auto_explain.
+	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	cfg.MaxConns = 1
 	var mu sync.Mutex
-	var scans []string
+	var wide []string
 	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		for _, table := range []string{"ordered_jobs", "ordered_keys"} {
-			if strings.Contains(n.Message, "Seq Scan on "+table+" ") {
-				mu.Lock()
-				scans = append(scans, n.Message)
-				mu.Unlock()
-			}
+		if w := wideSteps(n.Message); len(w) > 0 {
+			mu.Lock()
+			wide = append(wide, w...)
+			mu.Unlock()
 		}
 	}
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `LOAD 'auto_explain';
 			SET auto_explain.log_min_duration = 0;
 			SET auto_explain.log_nested_statements = on;
+			SET auto_explain.log_analyze = on;
+			SET auto_explain.log_timing = off;
 			SET client_min_messages = log`)
 		return err
 	}
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	c, err := ordered.NewClient(pool, nil)
 	require.NoError(t, err)
+	b := &testBundle{ctx: ctx, queue: &orderedtest.Queue{URL: url, Pool: admin}, pool: admin, client: c}
 
 	// PostgreSQL plans a statement afresh for its first five runs unless the function asks
 	// for a generic plan; six rounds leave every statement on its lasting plan.
@@ -66,30 +82,99 @@ func TestPlansMadeOnAnEmptyQueueDoNotScanItLater(t *testing.T) {
 		b.everyOperation(t, c, pool, fmt.Sprintf("plan%d", round))
 	}
 	mu.Lock()
-	scans = nil
+	wide = nil
 	mu.Unlock()
 
 	// Not due for a day, so the claims below take the test's own keys.
-	_, err = b.pool.Exec(b.ctx, `SELECT count(*) FROM ordered_enqueue((
+	_, err = admin.Exec(ctx, `SELECT count(*) FROM ordered_enqueue((
 		SELECT jsonb_agg(jsonb_build_object('key', 'bulk' || (i % 10000), 'seq', i / 10000,
 		                                    'max_attempts', 3, 'run_at', now() + interval '1 day'))
 		FROM generate_series(0, 99999) AS i))`)
 	require.NoError(t, err)
 	var reltuples float64
-	require.NoError(t, b.pool.QueryRow(b.ctx,
+	require.NoError(t, admin.QueryRow(ctx,
 		`SELECT reltuples FROM pg_class WHERE oid = 'ordered_jobs'::regclass`).Scan(&reltuples))
 	require.Negative(t, reltuples, "ordered_jobs was analysed: the test needs it never analysed")
 
 	b.everyOperation(t, c, pool, "grown")
 	mu.Lock()
 	defer mu.Unlock()
-	require.Empty(t, scans, "plans made on the empty queue read the grown one whole")
+	require.Empty(t, wide, "plans made on the empty queue read the grown one whole")
+}
+
+// wideStepMax is how many rows one step of a plan may read from the queue tables: the
+// test's own keys hold a handful of jobs, the bulk load 100,000.
+const wideStepMax = 1_000
+
+var (
+	scanStep    = regexp.MustCompile(`(?m)^.*Scan.* on (ordered_jobs|ordered_keys)\w*.*rows=(\d+) loops=(\d+)\).*$`)
+	removedRows = regexp.MustCompile(`Rows Removed by (?:Filter|Index Recheck|Join Filter): (\d+)`)
+)
+
+// wideSteps returns the steps of an auto_explain plan that read more than wideStepMax rows of
+// the queue tables, each with the statement's first line.
+func wideSteps(plan string) []string {
+	query := plan
+	if i := strings.Index(query, "Query Text: "); i >= 0 {
+		query = query[i+len("Query Text: "):]
+	}
+	query, _, _ = strings.Cut(query, "\n")
+	var wide []string
+	for _, m := range scanStep.FindAllStringSubmatch(plan, -1) {
+		rows, _ := strconv.Atoi(m[2])
+		loops, _ := strconv.Atoi(m[3])
+		if rows*loops > wideStepMax {
+			wide = append(wide, strings.TrimSpace(m[0])+" in: "+query)
+		}
+	}
+	for _, m := range removedRows.FindAllStringSubmatch(plan, -1) {
+		if n, _ := strconv.Atoi(m[1]); n > wideStepMax {
+			wide = append(wide, m[0]+" in: "+query)
+		}
+	}
+	return wide
+}
+
+// privateDatabase creates a migrated-to-nothing database for t alone, dropped when t ends,
+// and returns its URL.
+func privateDatabase(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := orderedtest.DatabaseURL()
+	admin, err := pgx.Connect(ctx, base)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("ordered_test_%d", time.Now().UnixNano())
+	// The name is made here, never taken from input; identifiers cannot be parameters.
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := neturl.Parse(base)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	q := u.Query()
+	q.Del("options") // a search_path of the base URL's would name a schema not there
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // everyOperation runs each operation of the queue once, through c on pool, on fresh keys named
-// after prefix: enqueue (appending and below a queued head), claim, renew, give-back,
-// complete (one and a batch), retry, fail (blocking), skip, replay, archive and the expiry of
-// exhausted jobs.
+// after prefix: enqueue (appending and below a queued head, in READ COMMITTED and REPEATABLE
+// READ), claim, renew, give-back, complete (one and a batch), retry, fail (blocking), skip,
+// replay, archive and the expiry of exhausted jobs.
 func (b *testBundle) everyOperation(t *testing.T, c *ordered.Client, pool *pgxpool.Pool, prefix string) {
 	t.Helper()
 	ctx := b.ctx
@@ -151,6 +236,16 @@ func (b *testBundle) everyOperation(t *testing.T, c *ordered.Client, pool *pgxpo
 	n, err := c.FailExhausted(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+
+	// A REPEATABLE READ enqueue locks the heads its snapshot sees; not due, so never claimed.
+	later := time.Now().Add(24 * time.Hour)
+	for _, seq := range []int64{2, 1} {
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		_, err = c.EnqueueTx(ctx, tx, ordered.Event{Key: key("e"), Seq: seq, RunAt: later})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	}
 
 	_, err = c.Archive(ctx, ordered.ArchiveParams{OlderThan: time.Nanosecond})
 	require.NoError(t, err)
