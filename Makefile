@@ -22,7 +22,7 @@ bench: ## Run the benchmark suite (ordered bench; about 15 minutes).
 	$(WITH_PG) $(GO) run ./cmd/ordered bench
 
 .PHONY: gobench
-gobench: ## Run the Go benchmarks of the enqueue, claim+complete, batched claim+complete and completion-claims-next paths (for benchstat).
+gobench: ## Run the Go benchmarks of the enqueue, claim+complete, batched claim+complete and completion-claims-next paths and of a worker's drain (for benchstat).
 	$(WITH_PG) $(GO) test -run '^$$' -bench . -benchmem ./ordered/
 
 .PHONY: verify
