@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,31 +93,35 @@ func TestWorkerRunsTheNextJobOfABatchWhoseAnswerWasLost(t *testing.T) {
 		return b.hasStatus(ids[0], "done")
 	}}
 	c := b.clientCutBy(t, cut, &ordered.Config{Lease: time.Minute})
-	var mu sync.Mutex
 	var ran []string
-	second := make(chan struct{})
-	startWorker(t, b, c, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
+	runCutAfterFirst(t, b, c, cut, func(j *ordered.Job) {
 		ran = append(ran, fmt.Sprintf("%s attempt %d", j.IdempotencyKey(), j.Attempt))
+	})
+	require.Equal(t, []string{"a/2 attempt 1"}, ran)
+}
+
+// runCutAfterFirst runs a/1 and a/2 on a worker of c with one slot: the batch that completes
+// a/1 (and claims a/2) has its answer cut by cut, and second runs as a/2's handler. It
+// returns once a/2 has run.
+func runCutAfterFirst(t *testing.T, b *testBundle, c *ordered.Client, cut *answerCutter, second func(*ordered.Job)) {
+	t.Helper()
+	ran := make(chan struct{})
+	startWorker(t, b, c, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
 		switch j.Seq {
 		case 1:
-			cut.arm(afterCommit) // the batch that completes a/1 and claims a/2
+			cut.arm(afterCommit)
 		case 2:
-			close(second)
+			second(j)
+			close(ran)
 		}
 		return nil
 	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
-
 	select {
-	case <-second:
+	case <-ran:
 	case <-time.After(20 * time.Second):
-		t.Fatal("a/2 did not run: the batch's claim of it was not found")
+		t.Fatal("a/2 did not run")
 	}
 	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []string{"a/1 attempt 1", "a/2 attempt 1"}, ran)
 }
 
 // A next job whose lease ran out before the batch's answer was known is not taken over: by
@@ -140,34 +143,14 @@ func TestWorkerLeavesANextJobWhoseLeaseRanOutMeanwhile(t *testing.T) {
 	}}
 	c := b.clientCutBy(t, cut, &ordered.Config{Lease: 500 * time.Millisecond})
 	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
-	var mu sync.Mutex
 	var ran []string
-	second := make(chan struct{})
-	startWorker(t, b, c, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
-		mu.Lock()
-		defer mu.Unlock()
-		switch j.Seq {
-		case 1:
-			cut.arm(afterCommit)
-		case 2:
-			ran = append(ran, fmt.Sprintf("worker: %s attempt %d", j.IdempotencyKey(), j.Attempt))
-			// Another worker tries while this one runs it.
-			if jobs, err := other.Claim(b.ctx, 1); err == nil && len(jobs) == 1 {
-				ran = append(ran, "other: "+jobs[0].IdempotencyKey())
-			}
-			close(second)
+	runCutAfterFirst(t, b, c, cut, func(j *ordered.Job) {
+		ran = append(ran, fmt.Sprintf("worker: %s attempt %d", j.IdempotencyKey(), j.Attempt))
+		// Another worker tries while this one runs it.
+		if jobs, err := other.Claim(b.ctx, 1); err == nil && len(jobs) == 1 {
+			ran = append(ran, "other: "+jobs[0].IdempotencyKey())
 		}
-		return nil
-	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
-
-	select {
-	case <-second:
-	case <-time.After(20 * time.Second):
-		t.Fatal("a/2 did not run")
-	}
-	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
-	mu.Lock()
-	defer mu.Unlock()
+	})
 	require.Equal(t, []string{"worker: a/2 attempt 2"}, ran, "a/2 ran in two places, or on the lost lease")
 }
 
