@@ -180,6 +180,33 @@ func TestCompleteManyDoesNotTakeAnotherStatementsCommitForItsOwn(t *testing.T) {
 	require.NoError(t, c.Complete(b.ctx, k), "k's claim still holds")
 }
 
+// A batch that committed is credited with its own completions, not with an earlier
+// statement's completion of one of its claims (the same claim completed twice).
+func TestCompleteManyTakesItsOwnCommitNotAnEarlierOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1)
+	kID := b.enqueue(t, "k", 1)[0]
+	cut := &answerCutter{marker: "ordered_jobs_complete(", committed: func() bool {
+		return b.hasStatus(kID, "done")
+	}}
+	c := b.clientCutBy(t, cut, nil)
+	jobs, err := c.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"a/1", "k/1"}, describe(jobs))
+	j, k := jobs[0], jobs[1]
+	if j.Key != "a" {
+		j, k = k, j
+	}
+	require.NoError(t, b.client.Complete(b.ctx, j))
+
+	cut.arm(afterCommit)
+	lost, err := c.CompleteMany(b.ctx, []*ordered.Job{j, k})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
+	require.Equal(t, []*ordered.Job{j}, lost, "the batch completed k/1; a/1 was done before it")
+}
+
 // What a lost batch did is read from the rows it wrote: a next job it claimed that another
 // claim has taken since (its lease ran out) is not the batch's any more and is not returned.
 func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {

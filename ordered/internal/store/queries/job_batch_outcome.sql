@@ -8,8 +8,11 @@
 -- another claim writes it again. A claim of the batch still running, its lease live, means
 -- the batch did not commit (it would have completed it; a lease is only ever renewed while
 -- live): then a job done at the batch's version was completed by another statement, and
--- nothing is answered. A next job is taken over only with its lease live, in this statement,
--- so a claim of it after an expiry can neither come before nor be overtaken.
+-- nothing is answered. Of several transactions that completed claims of the batch (the same
+-- claim completed twice, say by a handler and then its worker), the batch's is the youngest:
+-- the others committed before it was sent. A next job is taken over only with its lease
+-- live, in this statement, so a claim of it after an expiry can neither come before nor be
+-- overtaken.
 WITH batch AS (
     SELECT j.xmin AS xid
     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, version)
@@ -21,6 +24,7 @@ WITH batch AS (
           JOIN ordered_jobs AS o ON o.id = r.id
           WHERE o.status = 'running' AND o.claim_version = r.version
             AND o.lease_until > clock_timestamp())
+    ORDER BY age(j.xmin)
     LIMIT 1
 ), next AS (
     UPDATE ordered_jobs AS j
