@@ -164,17 +164,10 @@ func TestCompleteManyDoesNotTakeAnotherStatementsCommitForItsOwn(t *testing.T) {
 	kID := b.enqueue(t, "k", 1)[0]
 	cut := &answerCutter{marker: "ordered_jobs_complete("}
 	c := b.clientCutBy(t, cut, nil)
-	jobs, err := c.Claim(b.ctx, 10)
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"a/1", "k/1"}, describe(jobs))
-	j, k := jobs[0], jobs[1]
-	if j.Key != "a" {
-		j, k = k, j
-	}
-	require.NoError(t, b.client.Complete(b.ctx, j))
+	j, k := b.claimAAndCompleteItElsewhere(t, c)
 
 	cut.arm(beforeSending)
-	_, err = c.CompleteMany(b.ctx, []*ordered.Job{j, k})
+	_, err := c.CompleteMany(b.ctx, []*ordered.Job{j, k})
 	require.ErrorContains(t, err, "connection lost before the statement was sent")
 	require.Equal(t, "running", b.jobStatus(t, kID))
 	require.NoError(t, c.Complete(b.ctx, k), "k's claim still holds")
@@ -191,20 +184,28 @@ func TestCompleteManyTakesItsOwnCommitNotAnEarlierOne(t *testing.T) {
 		return b.hasStatus(kID, "done")
 	}}
 	c := b.clientCutBy(t, cut, nil)
-	jobs, err := c.Claim(b.ctx, 10)
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"a/1", "k/1"}, describe(jobs))
-	j, k := jobs[0], jobs[1]
-	if j.Key != "a" {
-		j, k = k, j
-	}
-	require.NoError(t, b.client.Complete(b.ctx, j))
+	j, k := b.claimAAndCompleteItElsewhere(t, c)
 
 	cut.arm(afterCommit)
 	lost, err := c.CompleteMany(b.ctx, []*ordered.Job{j, k})
 	require.NoError(t, err)
 	require.Equal(t, int32(1), cut.cuts.Load(), "the answer was not cut")
 	require.Equal(t, []*ordered.Job{j}, lost, "the batch completed k/1; a/1 was done before it")
+}
+
+// claimAAndCompleteItElsewhere claims a/1 and k/1 through c, and completes a/1's claim in
+// another statement (b's client), as a handler completing its own job would.
+func (b *testBundle) claimAAndCompleteItElsewhere(t *testing.T, c *ordered.Client) (a, k *ordered.Job) {
+	t.Helper()
+	jobs, err := c.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"a/1", "k/1"}, describe(jobs))
+	a, k = jobs[0], jobs[1]
+	if a.Key != "a" {
+		a, k = k, a
+	}
+	require.NoError(t, b.client.Complete(b.ctx, a))
+	return a, k
 }
 
 // What a lost batch did is read from the rows it wrote: a next job it claimed that another
