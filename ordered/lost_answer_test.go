@@ -250,6 +250,36 @@ func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
 	require.Empty(t, gotNext)
 }
 
+// A next job that another transaction holds locked, as a REPEATABLE READ enqueue of its key
+// locks the key's head, is left to its lease rather than waited for: the take-over locks rows
+// in no fixed order, and a wait could deadlock with such a transaction.
+func TestBatchOutcomeDoesNotWaitForANextJobLockedElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "a", 1, 2)
+	jobs := b.claimAll(t)
+	require.Len(t, jobs, 1)
+	ids, versions := []int64{jobs[0].ID}, []int64{jobs[0].ClaimVersion}
+	completed, next, err := store.JobCompleteMany(b.ctx, b.pool, ids, versions, 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, completed, 1)
+	require.Len(t, next, 1) // a/2, now the running head
+
+	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: "a", Seq: 3})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	gotDone, gotNext, err := store.JobBatchOutcome(ctx, b.pool, ids, versions, []string{"a"}, time.Minute)
+	require.NoError(t, err, "the outcome waited for the enqueue's lock")
+	require.ElementsMatch(t, completed, gotDone)
+	require.Empty(t, gotNext, "a/2 is locked by the enqueue")
+	require.NoError(t, tx.Commit(b.ctx))
+}
+
 // hasStatus reports whether job id has status; usable off the test's goroutine.
 func (b *testBundle) hasStatus(id int64, status string) bool {
 	var got string

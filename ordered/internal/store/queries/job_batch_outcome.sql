@@ -27,11 +27,17 @@ WITH batch AS (
     ORDER BY age(j.xmin)
     LIMIT 1
 ), next AS (
+    -- A next job another transaction holds locked (a REPEATABLE READ enqueue locks its keys'
+    -- heads) is left to its lease, never waited for: these rows are locked in no fixed order,
+    -- and a wait could deadlock.
     UPDATE ordered_jobs AS j
     SET lease_until = clock_timestamp() + $4::interval
-    FROM batch
-    WHERE j.key = ANY ($3::text[]) AND j.status = 'running' AND j.xmin = batch.xid
-      AND j.lease_until > clock_timestamp()
+    WHERE j.id = ANY (ARRAY(
+        SELECT t.id
+        FROM ordered_jobs AS t, batch
+        WHERE t.key = ANY ($3::text[]) AND t.status = 'running' AND t.xmin = batch.xid
+          AND t.lease_until > clock_timestamp()
+        FOR NO KEY UPDATE OF t SKIP LOCKED))
     RETURNING j.*
 )
 SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::text AS kind,
