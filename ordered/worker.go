@@ -100,8 +100,10 @@ type Worker struct {
 	claimTime atomic.Int64
 	slotTime  atomic.Int64
 
-	startOnce   sync.Once
-	stopOnce    sync.Once
+	// lifecycle serialises Start and Stop; started and stopping say which has run.
+	lifecycle   sync.Mutex
+	started     bool
+	stopping    bool
 	fetchCtx    context.Context
 	fetchCancel context.CancelFunc
 	workCtx     context.Context
@@ -149,59 +151,62 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 }
 
 // Start starts fetching and running jobs, and returns. ctx serves the start-up only; stop the
-// worker with Stop or StopAndCancel.
+// worker with Stop or StopAndCancel. A worker starts once, and not after Stop.
 func (w *Worker) Start(ctx context.Context) error {
-	started := false
-	var err error
-	w.startOnce.Do(func() {
-		started = true
-		if err = w.client.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&w.schema); err != nil {
-			err = fmt.Errorf("ordered: start worker: %w", err)
-			close(w.stopped)
-			return
-		}
-		base := context.WithoutCancel(ctx)
-		w.fetchCtx, w.fetchCancel = context.WithCancel(base)
-		w.workCtx, w.workCancel = context.WithCancelCause(base)
-		// A job's goroutine lives from its claim until its outcome is settled; freeSlots
-		// bounds how many there are (slots, prefetch, unsettled), and this only backs it up.
-		w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers + prefetchMax(w.cfg.Workers) + unsettledMax + ClaimBatchMax)
-		w.completer = newCompleter(w)
-		go w.completer.run()
-		w.loops.Go(func() { w.fetchLoop(w.fetchCtx) })
-		w.loops.Go(func() { w.maintenanceLoop(w.fetchCtx) })
-		if !w.cfg.PollOnly {
-			w.loops.Go(func() { w.listenLoop(w.fetchCtx) })
-		}
-	})
-	if !started {
+	w.lifecycle.Lock()
+	defer w.lifecycle.Unlock()
+	switch {
+	case w.stopping:
+		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
+	case w.started:
 		return errors.New("ordered: worker already started")
 	}
-	return err
+	w.started = true
+	if err := w.client.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&w.schema); err != nil {
+		close(w.stopped)
+		return fmt.Errorf("ordered: start worker: %w", err)
+	}
+	base := context.WithoutCancel(ctx)
+	w.fetchCtx, w.fetchCancel = context.WithCancel(base)
+	w.workCtx, w.workCancel = context.WithCancelCause(base)
+	// A job's goroutine lives from its claim until its outcome is settled; freeSlots bounds
+	// how many there are (slots, prefetch, unsettled), and this only backs it up.
+	w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers + prefetchMax(w.cfg.Workers) + unsettledMax + ClaimBatchMax)
+	w.completer = newCompleter(w)
+	go w.completer.run()
+	w.loops.Go(func() { w.fetchLoop(w.fetchCtx) })
+	w.loops.Go(func() { w.maintenanceLoop(w.fetchCtx) })
+	if !w.cfg.PollOnly {
+		w.loops.Go(func() { w.listenLoop(w.fetchCtx) })
+	}
+	return nil
 }
 
 // Stop stops fetching new jobs, gives back those claimed but not started (their attempts not
 // counted), and waits for the running ones to finish and be settled. If ctx ends first, Stop
-// returns ctx's error and the jobs go on; Stopped tells when they end.
+// returns ctx's error and the jobs go on; Stopped tells when they end. A worker stopped before
+// it started never starts.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.stopOnce.Do(func() {
-		if w.fetchCancel == nil { // never started, or failed to
-			select {
-			case <-w.stopped:
-			default:
-				close(w.stopped)
-			}
-			return
-		}
-		w.fetchCancel()
-		go func() {
-			w.loops.Wait()
-			w.jobs.Wait()
-			w.completer.stop()
-			w.workCancel(nil)
+	w.lifecycle.Lock()
+	if !w.stopping {
+		w.stopping = true
+		switch {
+		case !w.started:
 			close(w.stopped)
-		}()
-	})
+		case w.fetchCancel == nil:
+			// Its start failed, which closed stopped.
+		default:
+			w.fetchCancel()
+			go func() {
+				w.loops.Wait()
+				w.jobs.Wait()
+				w.completer.stop()
+				w.workCancel(nil)
+				close(w.stopped)
+			}()
+		}
+	}
+	w.lifecycle.Unlock()
 	select {
 	case <-w.stopped:
 		return nil
@@ -213,8 +218,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 // StopAndCancel is Stop that also cancels the running handlers' contexts (cause
 // ErrWorkerStopped). Their jobs are released for a retry; the attempt still counts.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
-	if w.workCancel != nil {
-		w.workCancel(ErrWorkerStopped)
+	w.lifecycle.Lock()
+	cancel := w.workCancel
+	w.lifecycle.Unlock()
+	if cancel != nil {
+		cancel(ErrWorkerStopped)
 	}
 	return w.Stop(ctx)
 }

@@ -247,6 +247,39 @@ func TestWorkerStopAndCancelReleasesJobs(t *testing.T) {
 	require.Equal(t, 2, j.Attempt)
 }
 
+// A worker stopped before it started (a shutdown that overtook the start-up) never starts:
+// Start says so, and nothing of it runs or stays behind.
+func TestWorkerStoppedBeforeStartNeverStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1)
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error {
+		t.Error("a worker stopped before it started ran a job")
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Stop(b.ctx))
+	require.ErrorIs(t, w.Start(b.ctx), ordered.ErrWorkerStopped)
+	require.NoError(t, w.StopAndCancel(b.ctx))
+	<-w.Stopped()
+	require.Equal(t, 1, b.claimOne(t, b.client).Attempt, "the stopped worker claimed k/1")
+}
+
+// A worker whose start failed is stopped, and is not started again; Stop returns at once.
+func TestWorkerFailedStartIsStopped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }), nil)
+	require.NoError(t, err)
+	cancelled, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.ErrorIs(t, w.Start(cancelled), context.Canceled)
+	<-w.Stopped()
+	require.ErrorContains(t, w.Start(b.ctx), "already started")
+	require.NoError(t, w.Stop(b.ctx))
+	require.ErrorIs(t, w.Start(b.ctx), ordered.ErrWorkerStopped)
+}
+
 func TestWorkerHandlerOutcomes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
