@@ -1026,7 +1026,7 @@ func TestEnqueueBelowStartedJobsIsLateAfterReplayedJobGivenBackUnrun(t *testing.
 	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
 	j = b.claimOne(t, b.client)
 	require.Equal(t, ids[0], j.ID)
-	released, err := store.JobReleaseUnrun(b.ctx, b.pool, j.ID, j.ClaimVersion)
+	released, err := store.JobReleaseUnrun(b.ctx, b.pool, j.ID, j.ClaimVersion, nil)
 	require.NoError(t, err)
 	require.True(t, released)
 
@@ -1035,6 +1035,24 @@ func TestEnqueueBelowStartedJobsIsLateAfterReplayedJobGivenBackUnrun(t *testing.
 	_, err = b.client.Enqueue(b.ctx, validEvent("k", 5))
 	requireLateEvent(t, err, "k", 5, 10)
 	require.EqualValues(t, 2, b.jobRowCount(t))
+}
+
+// A job claimed and given back unrun twice (claimed ahead by two workers that stopped, say)
+// has never started: an event below it is not late, and runs first.
+func TestEnqueueBelowAJobGivenBackUnrunTwiceIsNotLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.enqueue(t, "k", 5)[0]
+	for range 2 {
+		j := b.claimOne(t, b.client)
+		require.Equal(t, id, j.ID)
+		released, err := store.JobReleaseUnrun(b.ctx, b.pool, j.ID, j.ClaimVersion, nil)
+		require.NoError(t, err)
+		require.True(t, released)
+	}
+	_, err := b.client.Enqueue(b.ctx, validEvent("k", 3))
+	require.NoError(t, err)
+	require.Equal(t, "k/3", b.claimOne(t, b.client).IdempotencyKey())
 }
 
 // After a forced replay, a later job of the key has finished: an event below it is late.

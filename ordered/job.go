@@ -225,10 +225,16 @@ func lostOf(jobs []*Job, done []store.Claim) []*Job {
 	return lost
 }
 
-// releaseUnrun gives back a claimed job that was never started, without counting the
-// attempt. ErrLeaseLost: the claim is no longer current.
-func (c *Client) releaseUnrun(ctx context.Context, job *Job) error {
-	ok, err := store.JobReleaseUnrun(ctx, c.pool, job.ID, job.ClaimVersion)
+// releaseUnrun gives back a claimed job without counting the attempt: it never started
+// (handlerErr nil), or its handler was cut short by StopAndCancel and returned handlerErr.
+// ErrLeaseLost: the claim is no longer current.
+func (c *Client) releaseUnrun(ctx context.Context, job *Job, handlerErr error) error {
+	var text *string
+	if handlerErr != nil {
+		t := errorText(handlerErr)
+		text = &t
+	}
+	ok, err := store.JobReleaseUnrun(ctx, c.pool, job.ID, job.ClaimVersion, text)
 	if err != nil {
 		return fmt.Errorf("ordered: release job %d: %w", job.ID, err)
 	}

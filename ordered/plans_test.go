@@ -204,7 +204,7 @@ func (b *testBundle) everyOperation(t *testing.T, c *ordered.Client, pool *pgxpo
 	a1 := claim("a", 1)
 	_, err := c.Renew(ctx, a1)
 	require.NoError(t, err)
-	given, err := store.JobReleaseUnrun(ctx, pool, a1.ID, a1.ClaimVersion)
+	given, err := store.JobReleaseUnrun(ctx, pool, a1.ID, a1.ClaimVersion, nil)
 	require.NoError(t, err)
 	require.True(t, given)
 	require.NoError(t, c.Complete(ctx, claim("a", 1)))

@@ -216,7 +216,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 }
 
 // StopAndCancel is Stop that also cancels the running handlers' contexts (cause
-// ErrWorkerStopped). Their jobs are released for a retry; the attempt still counts.
+// ErrWorkerStopped). A job whose handler then returns an error goes back to the queue at once,
+// its attempt not counted: being stopped is no failure of the job, and a job on its last
+// attempt is not failed for it. One whose handler returns nil is completed.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
 	w.lifecycle.Lock()
 	cancel := w.workCancel
@@ -528,6 +530,12 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 	}
 	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancelSettle()
+	if errors.Is(context.Cause(ctx), ErrWorkerStopped) {
+		// Cut short by StopAndCancel, which is no failure of the job: it goes back with the
+		// attempt not counted, so a job on its last attempt is not failed for it.
+		w.giveBackStopped(settleCtx, job, err)
+		return nil
+	}
 	w.settle(settleCtx, job, err)
 	return nil
 }
@@ -572,11 +580,26 @@ func (w *Worker) takeSlot(ctx context.Context, ahead bool) (slotted, waitedTooLo
 func (w *Worker) giveBackUnrun(job *Job) error {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	err := w.client.releaseUnrun(ctx, job)
+	err := w.client.releaseUnrun(ctx, job, nil)
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
 	}
 	return err
+}
+
+// giveBackStopped releases a job whose handler StopAndCancel cut short (it returned herr),
+// its attempt not counted.
+func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
+	switch err := w.client.releaseUnrun(ctx, job, herr); {
+	case errors.Is(err, ErrLeaseLost):
+		w.lostOwnership(job, herr)
+	case err != nil:
+		// The lease will expire and another claim will take the job again.
+		w.log.Error("ordered: could not give back a job cut short by the stop", slogJob(job.ID, job.Key, job.Seq), "error", err)
+	default:
+		w.log.Info("ordered: job cut short by the stop goes back to the queue", slogJob(job.ID, job.Key, job.Seq),
+			"attempt", job.Attempt, "error", herr)
+	}
 }
 
 // startHeartbeat renews the job's lease every HeartbeatInterval until the heartbeat's stop is

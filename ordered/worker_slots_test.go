@@ -318,12 +318,12 @@ func TestGiveBackNotifiesOnlyWhenItReleasedTheJob(t *testing.T) {
 	require.Equal(t, schema, next(), "the enqueue's")
 	job := b.claimOne(t, b.client)
 
-	released, err := store.JobReleaseUnrun(b.ctx, b.pool, job.ID, job.ClaimVersion+1)
+	released, err := store.JobReleaseUnrun(b.ctx, b.pool, job.ID, job.ClaimVersion+1, nil)
 	require.NoError(t, err)
 	require.False(t, released, "a stale claim released the job")
 	require.Equal(t, sentinel(), next(), "a give-back that released nothing woke workers")
 
-	released, err = store.JobReleaseUnrun(b.ctx, b.pool, job.ID, job.ClaimVersion)
+	released, err = store.JobReleaseUnrun(b.ctx, b.pool, job.ID, job.ClaimVersion, nil)
 	require.NoError(t, err)
 	require.True(t, released)
 	require.Equal(t, schema, next(), "the job given back is claimable: workers are woken")

@@ -222,29 +222,64 @@ func TestWorkerStopDrainsRunningJobs(t *testing.T) {
 	}
 }
 
-// StopAndCancel cancels the handlers; their jobs are retried later with the attempt counted.
+// StopAndCancel cancels the handlers. A job whose handler then fails goes back to the queue at
+// once, its attempt not counted and the error recorded. It has started, so an event below it
+// is late.
 func TestWorkerStopAndCancelReleasesJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	id := b.enqueue(t, "k", 1)[0]
-	running := make(chan struct{})
+	id := b.enqueue(t, "k", 5)[0]
 	cause := make(chan error, 1)
-	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
-		close(running)
-		<-ctx.Done()
+	b.runUntilStopAndCancel(t, func(ctx context.Context) error {
 		cause <- context.Cause(ctx)
 		return ctx.Err()
-	}), &ordered.WorkerConfig{PollInterval: time.Hour})
+	})
+	require.ErrorIs(t, <-cause, ordered.ErrWorkerStopped)
+	require.Equal(t, "queued", b.jobStatus(t, id))
+	require.Equal(t, "context canceled", b.lastError(t, id))
+	_, err := b.client.Enqueue(b.ctx, validEvent("k", 3))
+	requireLateEvent(t, err, "k", 3, 5)
+	j := b.claimOne(t, b.client)
+	require.Equal(t, id, j.ID)
+	require.Equal(t, 1, j.Attempt, "the attempt StopAndCancel cut short was counted")
+}
+
+// Being stopped is no failure of the job: one on its last attempt goes back to the queue too,
+// rather than fail for good and block its key.
+func TestWorkerStopAndCancelDoesNotFailAJobOnItsLastAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil) // the block policy
+	last := validEvent("k", 1)
+	last.MaxAttempts = 1
+	res, err := b.client.EnqueueMany(b.ctx, []ordered.Event{last, validEvent("k", 2)})
+	require.NoError(t, err)
+	b.runUntilStopAndCancel(t, func(ctx context.Context) error {
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	})
+	require.Equal(t, "queued", b.jobStatus(t, res[0].ID))
+	j := b.claimOne(t, b.client)
+	require.Equal(t, "k/1", j.IdempotencyKey())
+	require.Equal(t, 1, j.Attempt)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	require.Equal(t, "k/2", b.claimOne(t, b.client).IdempotencyKey())
+}
+
+// runUntilStopAndCancel runs a worker whose handler waits for its context to end and then
+// returns what returned says; it calls StopAndCancel once the first job runs and returns when
+// the worker has stopped.
+func (b *testBundle) runUntilStopAndCancel(t *testing.T, returned func(ctx context.Context) error) {
+	t.Helper()
+	running := make(chan struct{})
+	var once sync.Once
+	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		once.Do(func() { close(running) })
+		<-ctx.Done()
+		return returned(ctx)
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(b.ctx))
 	<-running
 	require.NoError(t, w.StopAndCancel(b.ctx))
-	require.ErrorIs(t, <-cause, ordered.ErrWorkerStopped)
-	require.Equal(t, "queued", b.jobStatus(t, id))
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE id = $1`, id)
-	require.NoError(t, err)
-	j := b.claimOne(t, b.client)
-	require.Equal(t, 2, j.Attempt)
 }
 
 // A worker stopped before it started (a shutdown that overtook the start-up) never starts:

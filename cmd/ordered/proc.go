@@ -82,7 +82,7 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	case err := <-stopped:
 		return err
 	case <-sigs:
-		cfg.Logger.Info("ordered: stopping at once; running jobs are released for a retry")
+		cfg.Logger.Info("ordered: stopping at once; running jobs go back to the queue, their attempts not counted")
 		return w.StopAndCancel(ctx)
 	}
 }

@@ -54,7 +54,7 @@ its key; any other exit retries it with backoff. The lease is renewed while COMM
 the claim is lost, COMMAND's process group is terminated. COMMAND dies with the worker.
 
 SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stops at once
-(running jobs are released for a retry).`,
+(running jobs go back to the queue, their attempts not counted).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if command == "" {

@@ -307,8 +307,8 @@ func TestWorkSecondSIGTERMStopsAtOnce(t *testing.T) {
 	w.wait(t, 5*time.Second)
 	require.Less(t, w.exitedAt.Sub(signalled), 3*time.Second, "the second signal stops at once")
 	requireGone(t, pid, 2*time.Second, "the command outlived the worker's stop")
-	require.Equal(t, []string{"k/1 queued attempts=1", "k/2 queued attempts=0"}, jobStates(t, q.Pool),
-		"the running job is released for a retry")
+	require.Equal(t, []string{"k/1 queued attempts=0", "k/2 queued attempts=0"}, jobStates(t, q.Pool),
+		"the running job goes back to the queue, its attempt not counted")
 }
 
 // --metrics-addr serves /healthz and the Prometheus /metrics.

@@ -203,11 +203,12 @@ func JobFailIfClaimed(ctx context.Context, db DBTX, p JobFailParams) (bool, erro
 	return ok, err
 }
 
-// JobReleaseUnrun gives back a claim whose job never started, without counting the attempt;
-// false if the claim was lost.
-func JobReleaseUnrun(ctx context.Context, db DBTX, id, version int64) (bool, error) {
+// JobReleaseUnrun gives back a claim without counting the attempt: its job never started
+// (handlerErr nil), or its handler was cut short by the worker's stop and returned handlerErr.
+// False if the claim was lost.
+func JobReleaseUnrun(ctx context.Context, db DBTX, id, version int64, handlerErr *string) (bool, error) {
 	var got int64
-	err := db.QueryRow(ctx, jobReleaseUnrunSQL, id, version).Scan(&got)
+	err := db.QueryRow(ctx, jobReleaseUnrunSQL, id, version, handlerErr).Scan(&got)
 	if err == pgx.ErrNoRows {
 		return false, nil
 	}

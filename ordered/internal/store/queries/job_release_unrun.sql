@@ -1,15 +1,20 @@
--- Gives back a claim whose job never started ($1 id, $2 claim version): its worker was stopped
--- before running it, or it waited too long for a handler slot. The attempt is not counted. A
--- job on its first claim ever is again one that has not started (attempted_at); any other
--- keeps its mark, since attempts cannot tell (a replay resets them) and a started job must
--- stay started for the late-event check. The job is claimable at once, so idle workers are
--- woken (NOTIFY at commit) rather than left to find it at their next poll.
+-- Gives back a claim without counting its attempt ($1 id, $2 claim version): its job never
+-- started ($3 null: its worker was stopped before running it, or it waited too long for a
+-- handler slot), or its handler was cut short by StopAndCancel ($3 what the handler returned),
+-- which is no failure of the job. The job keeps its mark of a start (attempted_at), which
+-- makes an event below it late, if it started: in this claim ($3), or before it, which an
+-- attempt still counted or a recorded error shows (every retry and failure records one, and a
+-- replay, which resets the attempts, keeps it). Otherwise the mark was this claim's and goes.
+-- The job is claimable at once, so idle workers are woken (NOTIFY at commit) rather than left
+-- to find it at their next poll.
 WITH released AS (
     UPDATE ordered_jobs
     SET status = 'queued',
         attempts = attempts - 1,
         lease_until = NULL,
-        attempted_at = CASE WHEN claim_version > 1 THEN attempted_at END
+        last_error = coalesce($3::text, last_error),
+        attempted_at = CASE WHEN $3::text IS NOT NULL OR attempts > 1 OR last_error IS NOT NULL
+                            THEN attempted_at END
     WHERE id = $1 AND claim_version = $2
       AND status = 'running' AND lease_until > clock_timestamp()
     RETURNING id
