@@ -38,8 +38,10 @@ type completion struct {
 
 type completionResult struct {
 	err error
-	// next is the key's next job, claimed by the batch.
-	next *Job
+	// next is the key's next job, claimed by the batch; nextAhead is set if the batch claimed
+	// while the worker was prefetching, so next may have been claimed ahead of the slots.
+	next      *Job
+	nextAhead bool
 }
 
 func newCompleter(w *Worker) *completer {
@@ -117,6 +119,7 @@ func (c *completer) settle(batch []completion) {
 	for i, b := range batch {
 		jobs[i] = b.job
 	}
+	ahead := c.w.prefetch() > 0
 	lost, next, err := c.completeBatch(jobs)
 	if err != nil {
 		// One at a time, without claims: a job the batch cannot complete then costs only
@@ -146,7 +149,7 @@ func (c *completer) settle(batch []completion) {
 			b.result <- completionResult{err: ErrLeaseLost}
 			continue
 		}
-		r := completionResult{next: nextOf[b.job.Key]}
+		r := completionResult{next: nextOf[b.job.Key], nextAhead: ahead}
 		delete(nextOf, b.job.Key)
 		b.result <- r
 	}

@@ -407,13 +407,14 @@ func (w *Worker) accept(job *Job) {
 
 // run executes job, then the next jobs of its key that the completions claimed, from claim to
 // settled outcome. ahead is set for a job of a claim the worker made while prefetching: it
-// may have been claimed ahead of the slots.
+// may have been claimed ahead of the slots. So may a next job that a completion batch claimed
+// while the worker was prefetching: the batch claims the next job of every key it completes,
+// whatever the slots free then.
 func (w *Worker) run(job *Job, ahead bool) {
 	defer w.signal() // the key's next job may be ready for a claim
 	for job != nil {
 		w.accept(job)
-		job = w.execute(job, ahead)
-		ahead = false
+		job, ahead = w.execute(job, ahead)
 	}
 }
 
@@ -421,8 +422,9 @@ func (w *Worker) run(job *Job, ahead bool) {
 // of the worker's slots, taken when it starts and given back when it returns: a job waits for
 // its completion batch without one, so handlers never wait for commits. A job that may have
 // been claimed ahead of the slots (ahead) waits for one at most slotWaitMax, then goes back to
-// the queue. It returns the key's next job if the completion claimed it.
-func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
+// the queue. It returns the key's next job if the completion claimed it, and whether that job
+// may have been claimed ahead of the slots.
+func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	started := false
 	defer func() {
 		if !started {
@@ -433,7 +435,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 		// Stopping, and the job has not started (its claim was in flight, or a completion
 		// claimed it): it goes back for another worker, its attempt not counted.
 		_ = w.giveBackUnrun(job)
-		return nil
+		return nil, false
 	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)
 	defer cancel(nil)
@@ -443,7 +445,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 		settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancelSettle()
 		w.settle(settleCtx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
-		return nil
+		return nil, false
 	}
 
 	// The heartbeat runs until the outcome is settled: a completion that waits for the key
@@ -457,10 +459,10 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 		switch {
 		case err == nil:
 			w.metrics.givenBack.Inc()
-			return nil
+			return nil, false
 		case errors.Is(err, ErrLeaseLost):
 			w.lostOwnership(job, nil)
-			return nil
+			return nil, false
 		}
 		// Still this worker's: the job waits its turn after all, rather than sit until its
 		// lease expires and lose an attempt it never used.
@@ -487,7 +489,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 		if err := w.giveBackUnrun(job); errors.Is(err, ErrLeaseLost) {
 			w.lostOwnership(job, nil)
 		}
-		return nil
+		return nil, false
 	}
 	started = true
 	w.waiting.Add(-1)
@@ -499,11 +501,11 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 		// Committed with the handler's transaction; a heartbeat that ran after the commit may
 		// have found the job done and cancelled ctx, which changes nothing.
 		w.metrics.completions.Inc()
-		return nil
+		return nil, false
 	}
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
 		w.lostOwnership(job, err)
-		return nil
+		return nil, false
 	}
 	if err == nil {
 		returned := time.Now()
@@ -526,7 +528,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 			// The lease will expire and another claim will take the job again.
 			w.log.Error("ordered: could not complete job", slogJob(job.ID, job.Key, job.Seq), "error", r.err)
 		}
-		return r.next
+		return r.next, r.nextAhead
 	}
 	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancelSettle()
@@ -534,10 +536,10 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job) {
 		// Cut short by StopAndCancel, which is no failure of the job: it goes back with the
 		// attempt not counted, so a job on its last attempt is not failed for it.
 		w.giveBackStopped(settleCtx, job, err)
-		return nil
+		return nil, false
 	}
 	w.settle(settleCtx, job, err)
-	return nil
+	return nil, false
 }
 
 // takeSlot waits for a handler slot until ctx ends or the worker stops; a job that may have

@@ -231,7 +231,9 @@ func TestWorkerWakeUpWhileFullIsNotLost(t *testing.T) {
 }
 
 // A key's next job that waits for a slot (a long handler holds the only one) keeps its lease:
-// no other client can take it, and it runs once, on its first attempt.
+// no other client can take it, and it runs once, on its first attempt. (Had it been claimed
+// while the worker was prefetching, it would go back to the queue instead:
+// TestWorkerGivesBackNextJobsItCannotStart.)
 func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -246,6 +248,7 @@ func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 		mu.Lock()
 		ran = append(ran, fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt))
 		mu.Unlock()
+		slowerThanAClaim(j)
 		if j.Key == "b" {
 			close(bRunning)
 			<-release
@@ -277,6 +280,7 @@ func (b *testBundle) parkedWorker(t *testing.T, release <-chan struct{}) (w *ord
 	bRunning := make(chan struct{})
 	ranA2 = new(atomic.Bool)
 	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		slowerThanAClaim(j)
 		if j.Key == "b" {
 			close(bRunning)
 			select {
@@ -294,6 +298,15 @@ func (b *testBundle) parkedWorker(t *testing.T, release <-chan struct{}) (w *ord
 	require.NoError(t, w.Start(b.ctx))
 	b.parkNextJob(t, tx, bRunning, ids[1])
 	return w, ids[1], ranA2
+}
+
+// slowerThanAClaim makes a/1's handler slower than a claim's round trip, so that the worker
+// does not prefetch when a/1's completion claims a/2: a/2 is not a job claimed ahead, which
+// would go back to the queue if it waited long for a slot.
+func slowerThanAClaim(j *ordered.Job) {
+	if j.Key == "a" && j.Seq == 1 {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // requireGivenBack checks that job id is queued again with no attempt counted.
@@ -524,6 +537,48 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A completion batch claims the next job of every key it completes, which a worker with quick
+// handlers may not be able to start soon: when those jobs turn slow, the next jobs waiting for
+// its slots go back to the queue as jobs claimed ahead do, and an idle worker runs them.
+func TestWorkerGivesBackNextJobsItCannotStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const slots, keys = 2, 40
+	var ranA, ranB atomic.Int64
+	handler := func(ran *atomic.Int64) ordered.HandlerFunc {
+		return func(ctx context.Context, j *ordered.Job) error {
+			if j.Seq == 2 { // slow
+				ran.Add(1)
+				select {
+				case <-time.After(300 * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}
+	}
+	for i := range 30 { // worker A learns that its handlers are quick
+		b.enqueue(t, fmt.Sprintf("warm%02d", i), 1)
+	}
+	startWorker(t, b, b.client, handler(&ranA), &ordered.WorkerConfig{Workers: slots, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 30*time.Second, "the warm-up jobs done", func() bool { return b.countStatus(t, "done") == 30 })
+
+	var events []ordered.Event
+	for k := range keys {
+		events = append(events, validEvent(fmt.Sprintf("k%02d", k), 1), validEvent(fmt.Sprintf("k%02d", k), 2))
+	}
+	_, err := b.client.EnqueueMany(b.ctx, events)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "every first job done", func() bool {
+		return b.countRows(t, "SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND seq = 1 AND status = 'done'") == keys
+	})
+	startWorker(t, b, b.newClient(t, nil), handler(&ranB), &ordered.WorkerConfig{Workers: slots, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 10*time.Second, "the idle worker runs some of the slow jobs", func() bool { return ranB.Load() > 0 })
+	waitFor(t, 30*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == 30+2*keys })
+	require.EqualValues(t, keys, ranA.Load()+ranB.Load(), "a slow job ran twice")
 }
 
 // A worker whose handlers are slower than a claim claims only for free slots, and a job it
