@@ -126,12 +126,14 @@ func (c *completer) settle(batch []completion) {
 		// itself. (A batch that committed but whose answer was lost does not come here, unless
 		// it timed out or asking what it did failed too: then each of these asks again for its
 		// own job, and the next jobs the batch claimed run again after their leases expire.)
+		// One deadline for them all: a database that does not answer holds the worker, and its
+		// Stop, for settleTimeout, not for settleTimeout a job.
 		c.w.log.Warn("ordered: a completion batch failed; completing its jobs one at a time",
 			"jobs", len(jobs), "error", err)
+		ctx, cancel := context.WithTimeout(context.Background(), c.w.settleTimeout)
+		defer cancel()
 		for _, b := range batch {
-			ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 			b.result <- completionResult{err: c.w.client.Complete(ctx, b.job)}
-			cancel()
 		}
 		return
 	}
@@ -157,7 +159,7 @@ func (c *completer) settle(batch []completion) {
 
 // completeBatch runs the batch's statement, with claims while the worker is fetching.
 func (c *completer) completeBatch(jobs []*Job) (lost, next []*Job, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.w.settleTimeout)
 	defer cancel()
 	limit := 0
 	if c.w.fetching() {

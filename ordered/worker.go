@@ -83,7 +83,9 @@ type Worker struct {
 	metrics *metrics
 
 	schema string
-	wake   chan struct{}
+	// settleTimeout bounds each settling of an outcome: settleTimeout, shorter in tests.
+	settleTimeout time.Duration
+	wake          chan struct{}
 	// slots holds a token per handler running; its capacity is cfg.Workers.
 	slots chan struct{}
 	// waiting counts the jobs claimed whose handler has not started: they will take slots.
@@ -147,6 +149,7 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	return &Worker{
 		client: c, handler: h, cfg: wc, log: c.cfg.Logger, metrics: m,
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, wc.Workers), stopped: make(chan struct{}),
+		settleTimeout: settleTimeout,
 	}, nil
 }
 
@@ -442,7 +445,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 
 	if job.Attempt > job.MaxAttempts {
 		// Recovered past this worker's cap (its earlier attempts crashed): fail it unrun.
-		settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), w.settleTimeout)
 		defer cancelSettle()
 		w.settle(settleCtx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
 		return nil, false
@@ -530,7 +533,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 		}
 		return r.next, r.nextAhead
 	}
-	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), w.settleTimeout)
 	defer cancelSettle()
 	if errors.Is(context.Cause(ctx), ErrWorkerStopped) {
 		// Cut short by StopAndCancel, which is no failure of the job: it goes back with the
@@ -580,7 +583,7 @@ func (w *Worker) takeSlot(ctx context.Context, ahead bool) (slotted, waitedTooLo
 // giveBackUnrun releases a job claimed but not started, its attempt not counted, rather than
 // run it with a cancelled context. ErrLeaseLost: the claim was no longer current.
 func (w *Worker) giveBackUnrun(job *Job) error {
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
 	defer cancel()
 	err := w.client.releaseUnrun(ctx, job, nil)
 	if err != nil && !errors.Is(err, ErrLeaseLost) {

@@ -1,11 +1,15 @@
 package ordered
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered/orderedtest"
 )
 
 func TestPrefetchIsWhatTheSlotsFinishDuringAClaim(t *testing.T) {
@@ -56,4 +60,45 @@ func TestObserveMovesOneEighthTowardTheSample(t *testing.T) {
 	require.Equal(t, int64(750*time.Microsecond), avg.Load())
 	observe(&avg, 8750*time.Microsecond)
 	require.Equal(t, int64(1750*time.Microsecond), avg.Load())
+}
+
+// A completion batch that fails falls back to completing its jobs one at a time, all within
+// one settleTimeout: while the database does not answer (here an open enqueue transaction
+// holds the keys), Stop waits for each batch and one settleTimeout more, not one a job.
+func TestFailedBatchFallsBackWithinOneSettleTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := orderedtest.New(t)
+	c, err := NewClient(q.Pool, nil)
+	require.NoError(t, err)
+	const jobs = 20
+	var first, held []Event
+	for i := range jobs {
+		key := fmt.Sprintf("k%d", i)
+		first = append(first, Event{Key: key, Seq: 1})
+		held = append(held, Event{Key: key, Seq: 2})
+	}
+	_, err = c.EnqueueMany(ctx, first)
+	require.NoError(t, err)
+	tx, err := q.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = c.EnqueueManyTx(ctx, tx, held)
+	require.NoError(t, err)
+
+	var ran atomic.Int64
+	w, err := c.NewWorker(HandlerFunc(func(context.Context, *Job) error {
+		ran.Add(1)
+		return nil
+	}), &WorkerConfig{Workers: jobs, PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	const settle = time.Second
+	w.settleTimeout = settle
+	require.NoError(t, w.Start(ctx))
+	require.Eventually(t, func() bool { return ran.Load() == jobs }, 10*time.Second, 10*time.Millisecond)
+	start := time.Now()
+	require.NoError(t, w.Stop(ctx))
+	// Two batches in flight time out, then fall back, then the next batch (the rest of the
+	// jobs) does the same: four settleTimeouts, against one a job without the one deadline.
+	require.Less(t, time.Since(start), 7*settle, "Stop waited one settleTimeout a job of a failed batch")
 }
