@@ -124,8 +124,9 @@ func (c *completer) settle(batch []completion) {
 	if err != nil {
 		// One at a time, without claims: a job the batch cannot complete then costs only
 		// itself. (A batch that committed but whose answer was lost does not come here, unless
-		// it timed out or asking what it did failed too: then each of these asks again for its
-		// own job, and the next jobs the batch claimed run again after their leases expire.)
+		// it timed out or asking what it did failed too: then each of these finds its claim
+		// completed already and is reported lost, which is only logged and counted, and the
+		// next jobs the batch claimed run again after their leases expire.)
 		// One deadline for them all: a database that does not answer holds the worker, and its
 		// Stop, for settleTimeout, not for settleTimeout a job.
 		c.w.log.Warn("ordered: a completion batch failed; completing its jobs one at a time",

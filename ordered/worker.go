@@ -51,7 +51,8 @@ type WorkerConfig struct {
 	// for less time than a claim's round trip takes, the worker claims ahead what its slots
 	// would finish during one claim (up to a claim's worth); such a job waits for a slot, its
 	// lease renewed, and goes back to the queue, its attempt not counted, if it waits longer
-	// than four claims' round trips (at least 50 ms).
+	// than four claims' round trips (at least 50 ms). So does a key's next job that a
+	// completion batch claimed meanwhile.
 	Workers int
 	// PollInterval is how often an idle worker looks for work when no notification wakes it
 	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
