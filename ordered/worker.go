@@ -103,7 +103,7 @@ type Worker struct {
 	claimTime atomic.Int64
 	slotTime  atomic.Int64
 
-	// lifecycle serialises Start and Stop; started and stopping say which has run.
+	// lifecycle guards started, stopping and the start's contexts: Start and Stop may race.
 	lifecycle   sync.Mutex
 	started     bool
 	stopping    bool
@@ -158,18 +158,32 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 // worker with Stop or StopAndCancel. A worker starts once, and not after Stop.
 func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle.Lock()
-	defer w.lifecycle.Unlock()
 	switch {
 	case w.stopping:
+		w.lifecycle.Unlock()
 		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
 	case w.started:
+		w.lifecycle.Unlock()
 		return errors.New("ordered: worker already started")
 	}
 	w.started = true
-	if err := w.client.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&w.schema); err != nil {
+	w.lifecycle.Unlock()
+
+	// Outside the lock: a Stop meanwhile returns when its ctx ends, not when this query does.
+	var schema string
+	err := w.client.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema)
+
+	w.lifecycle.Lock()
+	defer w.lifecycle.Unlock()
+	switch {
+	case err != nil:
 		close(w.stopped)
 		return fmt.Errorf("ordered: start worker: %w", err)
+	case w.stopping:
+		close(w.stopped)
+		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
 	}
+	w.schema = schema
 	base := context.WithoutCancel(ctx)
 	w.fetchCtx, w.fetchCancel = context.WithCancel(base)
 	w.workCtx, w.workCancel = context.WithCancelCause(base)
@@ -189,7 +203,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // Stop stops fetching new jobs, gives back those claimed but not started (their attempts not
 // counted), and waits for the running ones to finish and be settled. If ctx ends first, Stop
 // returns ctx's error and the jobs go on; Stopped tells when they end. A worker stopped before
-// it started never starts.
+// it started, or while it starts, never starts.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.lifecycle.Lock()
 	if !w.stopping {
@@ -198,7 +212,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 		case !w.started:
 			close(w.stopped)
 		case w.fetchCancel == nil:
-			// Its start failed, which closed stopped.
+			// Starting (Start closes stopped when it sees the stop), or its start failed,
+			// which closed stopped.
 		default:
 			w.fetchCancel()
 			go func() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -298,6 +299,50 @@ func TestWorkerStoppedBeforeStartNeverStarts(t *testing.T) {
 	require.NoError(t, w.StopAndCancel(b.ctx))
 	<-w.Stopped()
 	require.Equal(t, 1, b.claimOne(t, b.client).Attempt, "the stopped worker claimed k/1")
+}
+
+// A Stop while the worker starts (its start-up query waits for a connection) returns when its
+// ctx ends, not when the start-up does; the start then gives up, and nothing of it stays.
+func TestWorkerStopWhileStartingHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	cfg, err := pgxpool.ParseConfig(b.queue.URL)
+	require.NoError(t, err)
+	acquiring := make(chan struct{}, 1)
+	proceed := make(chan struct{})
+	cfg.PrepareConn = func(ctx context.Context, _ *pgx.Conn) (bool, error) {
+		select {
+		case acquiring <- struct{}{}:
+		default:
+		}
+		select {
+		case <-proceed:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := ordered.NewClient(pool, nil)
+	require.NoError(t, err)
+	w, err := c.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }), nil)
+	require.NoError(t, err)
+	startCtx, cancelStart := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancelStart()
+	started := make(chan error, 1)
+	go func() { started <- w.Start(startCtx) }()
+	<-acquiring // Start's query waits for its connection
+
+	ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
+	defer cancel()
+	begun := time.Now()
+	require.ErrorIs(t, w.Stop(ctx), context.DeadlineExceeded)
+	require.Less(t, time.Since(begun), time.Second, "Stop waited for the start-up, not for its ctx")
+	close(proceed)
+	require.ErrorIs(t, <-started, ordered.ErrWorkerStopped)
+	<-w.Stopped()
 }
 
 // A worker whose start failed is stopped, and is not started again; Stop returns at once.
