@@ -250,34 +250,55 @@ func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
 	require.Empty(t, gotNext)
 }
 
-// A next job that another transaction holds locked, as a REPEATABLE READ enqueue of its key
-// locks the key's head, is left to its lease rather than waited for: the take-over locks rows
-// in no fixed order, and a wait could deadlock with such a transaction.
-func TestBatchOutcomeDoesNotWaitForANextJobLockedElsewhere(t *testing.T) {
+// A lost batch's next jobs that a REPEATABLE READ enqueue of their keys holds (it locks the
+// keys' rows, then their heads) are taken over once the enqueue ends: the outcome locks the
+// key rows first, as the enqueue does, so it waits rather than deadlock, and it neither skips
+// them (one on its last attempt would fail unrun when its lease ran out) nor gives up.
+func TestBatchOutcomeWaitsForAnEnqueueHoldingItsKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.enqueue(t, "a", 1, 2)
+	for _, key := range []string{"a", "b"} {
+		second := validEvent(key, 2)
+		second.MaxAttempts = 1
+		_, err := b.client.EnqueueMany(b.ctx, []ordered.Event{validEvent(key, 1), second})
+		require.NoError(t, err)
+	}
 	jobs := b.claimAll(t)
-	require.Len(t, jobs, 1)
-	ids, versions := []int64{jobs[0].ID}, []int64{jobs[0].ClaimVersion}
-	completed, next, err := store.JobCompleteMany(b.ctx, b.pool, ids, versions, 1, time.Minute)
+	require.Len(t, jobs, 2)
+	ids, versions, keys := make([]int64, len(jobs)), make([]int64, len(jobs)), make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], versions[i], keys[i] = j.ID, j.ClaimVersion, j.Key
+	}
+	completed, next, err := store.JobCompleteMany(b.ctx, b.pool, ids, versions, len(ids), time.Minute)
 	require.NoError(t, err)
-	require.Len(t, completed, 1)
-	require.Len(t, next, 1) // a/2, now the running head
+	require.Len(t, next, 2) // a/2 and b/2, the running heads; suppose the answer was lost
 
 	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(b.ctx) }()
-	_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: "a", Seq: 3})
+	_, err = b.client.EnqueueManyTx(b.ctx, tx, []ordered.Event{validEvent("a", 3), validEvent("b", 3)})
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	gotDone, gotNext, err := store.JobBatchOutcome(ctx, b.pool, ids, versions, []string{"a"}, time.Minute)
-	require.NoError(t, err, "the outcome waited for the enqueue's lock")
-	require.ElementsMatch(t, completed, gotDone)
-	require.Empty(t, gotNext, "a/2 is locked by the enqueue")
+	type outcome struct {
+		done []store.Claim
+		next []store.ClaimedJob
+		err  error
+	}
+	answered := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		o.done, o.next, o.err = store.JobBatchOutcome(b.ctx, b.pool, ids, versions, keys, time.Minute)
+		answered <- o
+	}()
+	waitFor(t, 10*time.Second, "the outcome waiting for the enqueue", func() bool {
+		return b.statementsBlockedBy(t, tx, "What became of a completion batch") > 0
+	})
 	require.NoError(t, tx.Commit(b.ctx))
+	o := <-answered
+	require.NoError(t, o.err)
+	require.ElementsMatch(t, completed, o.done)
+	require.ElementsMatch(t, []string{"a/2", "b/2"}, []string{
+		fmt.Sprintf("%s/%d", o.next[0].Key, o.next[0].Seq), fmt.Sprintf("%s/%d", o.next[1].Key, o.next[1].Seq)})
 }
 
 // hasStatus reports whether job id has status; usable off the test's goroutine.

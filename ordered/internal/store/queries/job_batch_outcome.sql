@@ -12,8 +12,17 @@
 -- claim completed twice, say by a handler and then its worker), the batch's is the youngest:
 -- the others committed before it was sent. A next job is taken over only with its lease
 -- live, in this statement, so a claim of it after an expiry can neither come before nor be
--- overtaken.
-WITH batch AS (
+-- overtaken. It locks the keys' rows first, in key order, as a completion does: a transaction
+-- that holds a key (an enqueue, a replay) and then a job of it, as a REPEATABLE READ enqueue
+-- locks its keys' heads, is waited for, never deadlocked with, and the jobs are taken over
+-- once it ends.
+WITH keys AS (
+    SELECT k.key
+    FROM ordered_keys AS k
+    WHERE k.key = ANY ($3::text[])
+    ORDER BY k.key
+    FOR SHARE
+), batch AS (
     SELECT j.xmin AS xid
     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, version)
     JOIN ordered_jobs AS j ON j.id = c.id
@@ -27,17 +36,13 @@ WITH batch AS (
     ORDER BY age(j.xmin)
     LIMIT 1
 ), next AS (
-    -- A next job another transaction holds locked (a REPEATABLE READ enqueue locks its keys'
-    -- heads) is left to its lease, never waited for: these rows are locked in no fixed order,
-    -- and a wait could deadlock.
+    -- The key rows are locked (the subquery runs once, before any job row is read).
     UPDATE ordered_jobs AS j
     SET lease_until = clock_timestamp() + $4::interval
-    WHERE j.id = ANY (ARRAY(
-        SELECT t.id
-        FROM ordered_jobs AS t, batch
-        WHERE t.key = ANY ($3::text[]) AND t.status = 'running' AND t.xmin = batch.xid
-          AND t.lease_until > clock_timestamp()
-        FOR NO KEY UPDATE OF t SKIP LOCKED))
+    FROM batch
+    WHERE (SELECT count(*) FROM keys) >= 0
+      AND j.key = ANY ($3::text[]) AND j.status = 'running' AND j.xmin = batch.xid
+      AND j.lease_until > clock_timestamp()
     RETURNING j.*
 )
 SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::text AS kind,
