@@ -218,7 +218,7 @@ func TestBatchOutcomeLeavesOutNextJobsClaimedSince(t *testing.T) {
 	b.enqueue(t, "c", 1)
 	jobs := b.claimAll(t)
 	require.Len(t, jobs, 3)
-	ids, versions, keys := claimsOf(jobs)
+	ids, versions, keys := batchOf(jobs)
 	completed, next, err := store.JobCompleteMany(b.ctx, b.pool, ids, versions, len(ids), time.Minute)
 	require.NoError(t, err)
 	require.Len(t, completed, 3)
@@ -262,7 +262,7 @@ func TestBatchOutcomeWaitsForAnEnqueueHoldingItsKeys(t *testing.T) {
 	}
 	jobs := b.claimAll(t)
 	require.Len(t, jobs, 2)
-	ids, versions, keys := claimsOf(jobs)
+	ids, versions, keys := batchOf(jobs)
 	completed, next, err := store.JobCompleteMany(b.ctx, b.pool, ids, versions, len(ids), time.Minute)
 	require.NoError(t, err)
 	require.Len(t, next, 2) // a/2 and b/2, the running heads; suppose the answer was lost
@@ -295,8 +295,8 @@ func TestBatchOutcomeWaitsForAnEnqueueHoldingItsKeys(t *testing.T) {
 		fmt.Sprintf("%s/%d", o.next[0].Key, o.next[0].Seq), fmt.Sprintf("%s/%d", o.next[1].Key, o.next[1].Seq)})
 }
 
-// claimsOf lays jobs' claims out as a completion batch sends them.
-func claimsOf(jobs []*ordered.Job) (ids, versions []int64, keys []string) {
+// batchOf lays jobs' claims out as a completion batch sends them.
+func batchOf(jobs []*ordered.Job) (ids, versions []int64, keys []string) {
 	ids, versions, keys = make([]int64, len(jobs)), make([]int64, len(jobs)), make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i], versions[i], keys[i] = j.ID, j.ClaimVersion, j.Key
