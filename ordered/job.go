@@ -194,12 +194,19 @@ func (c *Client) batchOutcome(ctx context.Context, jobs []*Job, claimedNext bool
 			keys[i] = j.Key
 		}
 	}
-	sent := time.Now()
-	done, claimed, err := store.JobBatchOutcome(ctx, c.pool, ids, versions, keys, c.cfg.Lease)
-	if err != nil || len(done) == 0 {
-		return nil, nil, false
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		done, claimed, err := store.JobBatchOutcome(ctx, c.pool, ids, versions, keys, c.cfg.Lease)
+		// It locks the keys as a completion does, so it can deadlock as one can with a
+		// transaction that enqueues to several keys out of key order; it rolled back whole.
+		if err != nil && attempt < completeAttempts && isTransient(err) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil || len(done) == 0 {
+			return nil, nil, false
+		}
+		return lostOf(jobs, done), claimedJobs(claimed, sent), true
 	}
-	return lostOf(jobs, done), claimedJobs(claimed, sent), true
 }
 
 func claimsOf(jobs []*Job) (ids, versions []int64) {

@@ -14,8 +14,11 @@
 -- live, in this statement, so a claim of it after an expiry can neither come before nor be
 -- overtaken. It locks the keys' rows first, in key order, as a completion does: a transaction
 -- that holds a key (an enqueue, a replay) and then a job of it, as a REPEATABLE READ enqueue
--- locks its keys' heads, is waited for, never deadlocked with, and the jobs are taken over
--- once it ends.
+-- locks its keys' heads, is waited for, and the jobs are taken over once it ends. Like a
+-- completion, it can deadlock with a transaction that enqueues to several keys out of key
+-- order; the client asks again. It reads from a snapshot taken before any such wait: a batch
+-- still running on the server (its connection was cut while it waited for a key) that
+-- commits meanwhile is not seen, and its next jobs wait out their leases.
 WITH keys AS (
     SELECT k.key
     FROM ordered_keys AS k
