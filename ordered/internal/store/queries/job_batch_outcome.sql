@@ -10,7 +10,9 @@
 -- live): then a job done at the batch's version was completed by another statement, and
 -- nothing is answered. Of several transactions that completed claims of the batch (the same
 -- claim completed twice, say by a handler and then its worker), the batch's is the youngest:
--- the others committed before it was sent. A next job is taken over only with its lease
+-- the others committed before it was sent (one that committed while the batch waited for a
+-- key would be taken for the batch: then the batch's claims look lost, and its next jobs wait
+-- out their leases). A next job is taken over only with its lease
 -- live, in this statement, so a claim of it after an expiry can neither come before nor be
 -- overtaken. It locks the keys' rows first, in key order, as a completion does: a transaction
 -- that holds a key (an enqueue, a replay) and then a job of it, as a REPEATABLE READ enqueue
