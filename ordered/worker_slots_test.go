@@ -127,7 +127,8 @@ func TestWorkerRunsAtMostWorkersHandlers(t *testing.T) {
 
 // parkNextJob makes key a's next job (id a2) wait for the only slot of a running worker:
 // a/1's completion waits for tx, b/1 (enqueued here) takes the slot, and its handler signals
-// bRunning and holds on; then tx commits, and a/1's completion claims a/2.
+// bRunning and holds on; then tx commits, and a/1's completion claims a/2. The worker's
+// handler must call slowerThanAClaim, or a/2 may count as claimed ahead and go back.
 func (b *testBundle) parkNextJob(t *testing.T, tx pgx.Tx, bRunning <-chan struct{}, a2 int64) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
@@ -305,7 +306,7 @@ func (b *testBundle) parkedWorker(t *testing.T, release <-chan struct{}) (w *ord
 // would go back to the queue if it waited long for a slot.
 func slowerThanAClaim(j *ordered.Job) {
 	if j.Key == "a" && j.Seq == 1 {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -409,6 +410,7 @@ func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 	var ranA2, ranC atomic.Int64
 	reg := prometheus.NewRegistry()
 	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		slowerThanAClaim(j)
 		switch {
 		case j.Key == "b":
 			close(bRunning)
