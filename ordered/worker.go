@@ -61,6 +61,13 @@ type WorkerConfig struct {
 	PollOnly bool
 	// HeartbeatInterval is how often a running job's lease is renewed. Default Lease/3.
 	HeartbeatInterval time.Duration
+	// StopGrace is how long a handler may take to stop once its context is cancelled because
+	// its lease is running out. While renewals fail (the database unreachable, a partition),
+	// the worker cancels a handler StopGrace before its lease would expire by this process's
+	// own clock (less a margin), so a handler that stops within StopGrace never overlaps
+	// another worker's claim of its job. Default Lease/6; it must be shorter than
+	// 9/10 of the lease less HeartbeatInterval.
+	StopGrace time.Duration
 	// MaintenanceInterval is how often the worker fails exhausted jobs of crashed workers,
 	// archives finished jobs and refreshes the gauges. Default MaintenanceIntervalDefault.
 	MaintenanceInterval time.Duration
@@ -129,6 +136,7 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	wc.Workers = cmp.Or(wc.Workers, WorkersDefault)
 	wc.PollInterval = cmp.Or(wc.PollInterval, PollIntervalDefault)
 	wc.HeartbeatInterval = cmp.Or(wc.HeartbeatInterval, c.cfg.Lease/3)
+	wc.StopGrace = cmp.Or(wc.StopGrace, c.cfg.Lease/6)
 	wc.MaintenanceInterval = cmp.Or(wc.MaintenanceInterval, MaintenanceIntervalDefault)
 	wc.Retention = cmp.Or(wc.Retention, RetentionDefault)
 	switch {
@@ -138,6 +146,9 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("ordered: WorkerConfig.PollInterval %v is below the minimum %v", wc.PollInterval, PollIntervalMin)
 	case wc.HeartbeatInterval <= 0 || wc.HeartbeatInterval >= c.cfg.Lease:
 		return nil, fmt.Errorf("ordered: WorkerConfig.HeartbeatInterval %v must be positive and shorter than the lease %v", wc.HeartbeatInterval, c.cfg.Lease)
+	case wc.StopGrace <= 0 || wc.StopGrace >= c.cfg.Lease*9/10-wc.HeartbeatInterval:
+		return nil, fmt.Errorf("ordered: WorkerConfig.StopGrace %v must be positive and shorter than 9/10 of the lease %v less the heartbeat interval %v",
+			wc.StopGrace, c.cfg.Lease, wc.HeartbeatInterval)
 	case wc.MaxAttempts < 0:
 		return nil, fmt.Errorf("ordered: WorkerConfig.MaxAttempts %d must not be negative", wc.MaxAttempts)
 	case wc.MaintenanceInterval <= 0:
