@@ -20,6 +20,11 @@ var ErrInvalidEvent = errors.New("ordered: invalid event")
 // *LateEventError.
 var ErrLateEvent = errors.New("ordered: late event")
 
+// ErrDuplicateConflict occurs when an event's (Key, Seq) is already enqueued, or appears
+// earlier in the same batch, with different content (payload, kind, run_at or max_attempts).
+// The error is a *DuplicateConflictError. An identical duplicate is no error: it is a no-op.
+var ErrDuplicateConflict = errors.New("ordered: duplicate event with different content")
+
 // ErrNotFailed occurs when a replay or skip names a job that does not exist or has not failed.
 var ErrNotFailed = errors.New("ordered: not a failed job")
 
@@ -76,6 +81,32 @@ func (e *LateEventError) Error() string {
 
 // Is reports whether target is ErrLateEvent.
 func (e *LateEventError) Is(target error) bool { return target == ErrLateEvent }
+
+// DuplicateConflictError is returned for an event whose (Key, Seq) is already taken by an
+// event with different content; nothing of its batch was written.
+type DuplicateConflictError struct {
+	// Index is the event's position in its batch, from 0.
+	Index int
+	Key   string
+	Seq   int64
+	// Field is the first field that differs: "payload", "kind", "run_at" or "max_attempts".
+	Field string
+	// Stored is true when the other event is already stored, false when it came earlier in
+	// the same batch.
+	Stored bool
+}
+
+func (e *DuplicateConflictError) Error() string {
+	where := "earlier in the same batch"
+	if e.Stored {
+		where = "already enqueued"
+	}
+	return fmt.Sprintf("ordered: duplicate event with different content: key %q seq %d is %s with a different %s",
+		truncate(e.Key, 64), e.Seq, where, e.Field)
+}
+
+// Is reports whether target is ErrDuplicateConflict.
+func (e *DuplicateConflictError) Is(target error) bool { return target == ErrDuplicateConflict }
 
 // permanentError marks a handler error that must not be retried.
 type permanentError struct{ err error }
