@@ -105,4 +105,3 @@ func serveMetrics(addr string, reg *prometheus.Registry, w *ordered.Worker) (*ht
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	return srv, nil
 }
-
