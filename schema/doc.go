@@ -1,11 +1,19 @@
-// Package schema holds the versioned SQL migrations of ordered and the migrator that applies
-// them.
+// Package schema holds the SQL schema of ordered and the migrator that applies it.
 //
-// Migrations live in migrations/NNN_name.sql, are embedded in the binary and are applied in
-// version order. The migrator records each applied version in ordered_migrations and holds a
-// transaction-scoped advisory lock while it works, so several processes may migrate the same
-// database at once: one applies, the others wait and then find nothing left to do.
+// Two kinds of file, both embedded in the binary:
 //
-// Tables are created unqualified, in the first schema of the connection's search_path, so a
+//   - migrations/NNN_name.sql: tables, indexes and types, applied once each, in version order,
+//     and recorded in ordered_migrations. A change to a table is a new migration.
+//   - functions/NAME.sql: one SQL function a file (CREATE OR REPLACE FUNCTION NAME, with its SET
+//     clauses), applied after the migrations whenever its text changes (by checksum, recorded in
+//     ordered_functions). The file holds the function's current definition: a change to it is a
+//     diff of that file. A change of its signature or result type starts the file with the
+//     DROP FUNCTION it needs; removing a function is a migration that drops it.
+//
+// Everything runs in one transaction under an advisory lock, so several processes may migrate
+// the same database at once (one applies, the others wait and then find nothing to do), and
+// workers running meanwhile see the old definitions or the new ones, never a mix.
+//
+// Objects are created unqualified, in the first schema of the connection's search_path, so a
 // queue can live in any schema (the tests give every test its own).
 package schema

@@ -1,4 +1,4 @@
 package schema
 
-// MigrateTo applies the migrations up to and including version last.
-var MigrateTo = migrateTo
+// MigrateFS is Migrate with the migrations and functions of another file system.
+var MigrateFS = migrate

@@ -2,11 +2,13 @@ package schema
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"math"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,19 +16,41 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:embed migrations/*.sql
-var migrationFS embed.FS
+//go:embed migrations/*.sql functions/*.sql
+var files embed.FS
 
-// Migration is one embedded schema version.
+// Migration is one embedded schema version: tables, indexes, types.
 type Migration struct {
 	Version int
 	Name    string
 	SQL     string
 }
 
+// Function is one embedded SQL function definition, re-applied whenever its text changes.
+type Function struct {
+	// Name is the file's name without .sql: the function it defines.
+	Name string
+	SQL  string
+	// Checksum identifies the text: the hex SHA-256 of SQL.
+	Checksum string
+}
+
+// Applied reports what Migrate did.
+type Applied struct {
+	// Migrations are the versions applied, in order.
+	Migrations []int
+	// Functions are the function files applied (new or changed), by name.
+	Functions []string
+}
+
 // Migrations returns the embedded migrations in version order.
-func Migrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+func Migrations() ([]Migration, error) { return migrationsIn(files) }
+
+// Functions returns the embedded function definitions in name order.
+func Functions() ([]Function, error) { return functionsIn(files) }
+
+func migrationsIn(fsys fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("ordered: read migrations: %w", err)
 	}
@@ -38,7 +62,7 @@ func Migrations() ([]Migration, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("ordered: migration file %q is not named NNN_name.sql", e.Name())
 		}
-		body, err := migrationFS.ReadFile(path.Join("migrations", e.Name()))
+		body, err := fs.ReadFile(fsys, path.Join("migrations", e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("ordered: read migration %s: %w", e.Name(), err)
 		}
@@ -46,6 +70,25 @@ func Migrations() ([]Migration, error) {
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
+}
+
+func functionsIn(fsys fs.FS) ([]Function, error) {
+	entries, err := fs.ReadDir(fsys, "functions")
+	if err != nil {
+		return nil, fmt.Errorf("ordered: read functions: %w", err)
+	}
+	fns := make([]Function, 0, len(entries))
+	for _, e := range entries {
+		body, err := fs.ReadFile(fsys, path.Join("functions", e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("ordered: read function %s: %w", e.Name(), err)
+		}
+		sum := sha256.Sum256(body)
+		fns = append(fns, Function{
+			Name: strings.TrimSuffix(e.Name(), ".sql"), SQL: string(body), Checksum: hex.EncodeToString(sum[:]),
+		})
+	}
+	return fns, nil
 }
 
 // Conn is what the migrator needs of a connection: pgx.Conn, pgxpool.Pool and pgxpool.Conn
@@ -65,20 +108,40 @@ const (
     applied_at timestamptz NOT NULL DEFAULT now()
 )`
 
-	appliedVersionsSQL = `SELECT version FROM ordered_migrations`
+	functionsTableSQL = `CREATE TABLE IF NOT EXISTS ordered_functions (
+    name       text        PRIMARY KEY,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
 
-	recordVersionSQL = `INSERT INTO ordered_migrations (version, name) VALUES ($1, $2)`
+	appliedVersionsSQL  = `SELECT version FROM ordered_migrations`
+	recordVersionSQL    = `INSERT INTO ordered_migrations (version, name) VALUES ($1, $2)`
+	appliedFunctionsSQL = `SELECT name, checksum FROM ordered_functions`
+	recordFunctionSQL   = `INSERT INTO ordered_functions (name, checksum) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()`
+	forgetFunctionsSQL = `DELETE FROM ordered_functions WHERE name <> ALL ($1::text[])`
+
+	// A function may call one defined in a later file: the bodies are checked once all exist.
+	bodiesUncheckedSQL = `SET LOCAL check_function_bodies = off`
+	bodiesCheckedSQL   = `SET LOCAL check_function_bodies = on`
 )
 
-// Migrate applies every embedded migration not yet recorded, in one transaction, and returns
-// the versions it applied (none when the schema is current). It is safe to run concurrently.
-func Migrate(ctx context.Context, conn Conn) ([]int, error) {
-	return migrateTo(ctx, conn, math.MaxInt)
+// Migrate applies every embedded migration not yet recorded, then every function file that is
+// new or whose text changed since it was applied, all in one transaction, and reports what it
+// applied (nothing when the schema is current). It holds an advisory lock while it works, so it
+// is safe to run concurrently, and safe while workers run: they see the old definitions or the
+// new ones, never a mix.
+func Migrate(ctx context.Context, conn Conn) (*Applied, error) {
+	return migrate(ctx, conn, files)
 }
 
-// migrateTo is Migrate stopped after version last: tests upgrade an older schema with it.
-func migrateTo(ctx context.Context, conn Conn, last int) ([]int, error) {
-	ms, err := Migrations()
+// migrate is Migrate with the migrations and functions of fsys.
+func migrate(ctx context.Context, conn Conn, fsys fs.FS) (*Applied, error) {
+	ms, err := migrationsIn(fsys)
+	if err != nil {
+		return nil, err
+	}
+	fns, err := functionsIn(fsys)
 	if err != nil {
 		return nil, err
 	}
@@ -88,28 +151,37 @@ func migrateTo(ctx context.Context, conn Conn, last int) ([]int, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 
-	if _, err := tx.Exec(ctx, migrateLockSQL); err != nil {
-		return nil, fmt.Errorf("ordered: migrate: lock: %w", err)
+	for _, sql := range []string{migrateLockSQL, migrationsTableSQL, functionsTableSQL} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return nil, fmt.Errorf("ordered: migrate: %w", err)
+		}
 	}
-	if _, err := tx.Exec(ctx, migrationsTableSQL); err != nil {
+	applied := &Applied{}
+	if applied.Migrations, err = applyMigrations(ctx, tx, ms); err != nil {
+		return nil, err
+	}
+	if applied.Functions, err = applyFunctions(ctx, tx, fns); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
 	}
+	return applied, nil
+}
+
+// applyMigrations applies the migrations not recorded yet, in version order.
+func applyMigrations(ctx context.Context, tx pgx.Tx, ms []Migration) ([]int, error) {
 	rows, err := tx.Query(ctx, appliedVersionsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
 	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
 	}
-	done := make(map[int]bool, len(applied))
-	for _, v := range applied {
-		done[v] = true
-	}
-
 	var versions []int
 	for _, m := range ms {
-		if done[m.Version] || m.Version > last {
+		if slices.Contains(done, m.Version) {
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -120,8 +192,52 @@ func migrateTo(ctx context.Context, conn Conn, last int) ([]int, error) {
 		}
 		versions = append(versions, m.Version)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	return versions, nil
+}
+
+// applyFunctions applies the function files whose checksums differ from the recorded ones:
+// first with body checks off (a function may call one defined in a later file), then again
+// with them on, so an error in a body fails the migration.
+func applyFunctions(ctx context.Context, tx pgx.Tx, fns []Function) ([]string, error) {
+	rows, err := tx.Query(ctx, appliedFunctionsSQL)
+	if err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
 	}
-	return versions, nil
+	recorded := map[string]string{}
+	var name, sum string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &sum}, func() error {
+		recorded[name] = sum
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	var changed []Function
+	names := make([]string, len(fns))
+	for i, f := range fns {
+		names[i] = f.Name
+		if recorded[f.Name] != f.Checksum {
+			changed = append(changed, f)
+		}
+	}
+	for _, check := range []string{bodiesUncheckedSQL, bodiesCheckedSQL} {
+		if _, err := tx.Exec(ctx, check); err != nil {
+			return nil, fmt.Errorf("ordered: migrate: %w", err)
+		}
+		for _, f := range changed {
+			if _, err := tx.Exec(ctx, f.SQL); err != nil {
+				return nil, fmt.Errorf("ordered: function %s: %w", f.Name, err)
+			}
+		}
+	}
+	applied := make([]string, len(changed))
+	for i, f := range changed {
+		if _, err := tx.Exec(ctx, recordFunctionSQL, f.Name, f.Checksum); err != nil {
+			return nil, fmt.Errorf("ordered: migrate: %w", err)
+		}
+		applied[i] = f.Name
+	}
+	if _, err := tx.Exec(ctx, forgetFunctionsSQL, names); err != nil {
+		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	return applied, nil
 }

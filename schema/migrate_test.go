@@ -25,8 +25,10 @@ func TestMigrateConcurrently(t *testing.T) {
 
 	migrations, err := schema.Migrations()
 	require.NoError(t, err)
+	functions, err := schema.Functions()
+	require.NoError(t, err)
 	const migrators = 6
-	applied := make([][]int, migrators)
+	applied := make([]*schema.Applied, migrators)
 	errs := make([]error, migrators)
 	var wg sync.WaitGroup
 	for i := range migrators {
@@ -49,12 +51,14 @@ func TestMigrateConcurrently(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	total := 0
+	versions, fns := 0, 0
 	for i := range migrators {
 		require.NoError(t, errs[i])
-		total += len(applied[i])
+		versions += len(applied[i].Migrations)
+		fns += len(applied[i].Functions)
 	}
-	require.Equal(t, len(migrations), total, "each migration applied exactly once")
+	require.Equal(t, len(migrations), versions, "each migration applied exactly once")
+	require.Equal(t, len(functions), fns, "each function applied exactly once")
 
 	var recorded int
 	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name}.Sanitize()+".ordered_migrations").Scan(&recorded))
@@ -85,75 +89,4 @@ func newSchema(ctx context.Context, t *testing.T, name string) *pgx.Conn {
 		}
 	})
 	return admin
-}
-
-// A queue made before 006 holds jobs in every state; after the upgrade, (key, seq) is unique
-// through the open and finished indexes alone, and re-sent events find the old jobs.
-func TestUpgradeTo006FindsEarlierJobsAsDuplicates(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const name = "ordered_upgrade_006"
-	newSchema(ctx, t, name)
-	cfg, err := pgxpool.ParseConfig(orderedtest.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-
-	applied, err := schema.MigrateTo(ctx, pool, 5)
-	require.NoError(t, err)
-	require.Equal(t, []int{1, 2, 3, 4, 5}, applied)
-	enqueue := func(events string) map[string][2]any { // key/seq -> id, duplicate
-		rows, err := pool.Query(ctx, `SELECT (e.v->>'key') || '/' || (e.v->>'seq'), r.id, r.duplicate
-			FROM ordered_enqueue($1::jsonb) AS r
-			JOIN jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(v, ord) ON e.ord = r.ord`, events)
-		require.NoError(t, err)
-		out := map[string][2]any{}
-		for rows.Next() {
-			var event string
-			var id int64
-			var duplicate bool
-			require.NoError(t, rows.Scan(&event, &id, &duplicate))
-			out[event] = [2]any{id, duplicate}
-		}
-		require.NoError(t, rows.Err())
-		return out
-	}
-	before := enqueue(`[{"key":"a","seq":1,"max_attempts":3},{"key":"a","seq":2,"max_attempts":3},
-		{"key":"b","seq":1,"max_attempts":3}]`)
-	// a/1 is claimed (as the claim does it) and completed.
-	var id, version int64
-	require.NoError(t, pool.QueryRow(ctx, `UPDATE ordered_jobs
-		SET status = 'running', claim_version = claim_version + 1, attempts = 1,
-		    attempted_at = now(), lease_until = now() + interval '1 hour'
-		WHERE key = 'a' AND seq = 1 RETURNING id, claim_version`).Scan(&id, &version))
-	_, err = pool.Exec(ctx, `SELECT ordered_jobs_complete(ARRAY[$1::bigint], ARRAY[$2::bigint])`, id, version)
-	require.NoError(t, err)
-
-	applied, err = schema.MigrateTo(ctx, pool, 6)
-	require.NoError(t, err)
-	require.Equal(t, []int{6}, applied)
-
-	var uniqueIndexes, seqKey int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM pg_index WHERE indisunique AND indexrelid IN
-			(to_regclass('ordered_jobs_open'), to_regclass('ordered_jobs_closed'))),
-		(SELECT count(*) FROM pg_constraint WHERE conname = 'ordered_jobs_seq_key'
-			AND connamespace = current_schema()::regnamespace)`).Scan(&uniqueIndexes, &seqKey))
-	require.Equal(t, 2, uniqueIndexes)
-	require.Zero(t, seqKey)
-
-	after := enqueue(`[{"key":"a","seq":3,"max_attempts":3},{"key":"a","seq":1,"max_attempts":3},
-		{"key":"b","seq":1,"max_attempts":3},{"key":"a","seq":2,"max_attempts":3}]`)
-	require.Equal(t, [2]any{before["a/1"][0], true}, after["a/1"], "a done job")
-	require.Equal(t, [2]any{before["a/2"][0], true}, after["a/2"], "a queued job")
-	require.Equal(t, [2]any{before["b/1"][0], true}, after["b/1"], "a queued head")
-	require.Equal(t, false, after["a/3"][1])
-	var jobs, status string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*)::text,
-		(SELECT status FROM ordered_jobs WHERE key = 'a' AND seq = 1) FROM ordered_jobs`).Scan(&jobs, &status))
-	require.Equal(t, "4", jobs)
-	require.Equal(t, "done", status)
 }

@@ -177,7 +177,8 @@ func TestMigrateConcurrent(t *testing.T) {
 		outs = append(outs, r.stdout)
 	}
 	slices.Sort(outs)
-	require.Equal(t, []string{"applied migrations [1 2 3 4 5 6 7 8 9 10 11 12 13 14]\n", "schema is up to date\n", "schema is up to date\n", "schema is up to date\n"}, outs)
+	require.Equal(t, []string{"schema is up to date\n", "schema is up to date\n", "schema is up to date\n"}, outs[1:])
+	require.True(t, strings.HasPrefix(outs[0], "applied migrations [1]\napplied functions "), outs[0])
 }
 
 func TestGoldenEnqueue(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,15 +20,20 @@ func (a *app) migrateCmd() *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			versions, err := schema.Migrate(cmd.Context(), pool)
+			applied, err := schema.Migrate(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
-			if len(versions) == 0 {
+			if len(applied.Migrations) == 0 && len(applied.Functions) == 0 {
 				fmt.Fprintln(a.stdout, "schema is up to date")
 				return nil
 			}
-			fmt.Fprintf(a.stdout, "applied migrations %v\n", versions)
+			if len(applied.Migrations) > 0 {
+				fmt.Fprintf(a.stdout, "applied migrations %v\n", applied.Migrations)
+			}
+			if len(applied.Functions) > 0 {
+				fmt.Fprintf(a.stdout, "applied functions %s\n", strings.Join(applied.Functions, " "))
+			}
 			return nil
 		},
 	}

@@ -1,16 +1,22 @@
--- An enqueue checks its events for lateness again after it moved heads. The check before the
--- insert can be overtaken: claims do not wait for the key row an enqueue holds, so a queued
--- head can be claimed and given back for a retry (its handler failed at once) between the
--- check and the refresh. The head has started by then, and the refresh, which keeps only
--- running heads, demoted it: an event below it was accepted and ran before it
--- (TestEnqueueBelowAHeadThatStartedMeanwhileIsLate holds an enqueue inside its insert while
--- the head is claimed and retried). The second look reads, through the primary key, only the
--- heads that new events went below, found by the lookup that decides the refresh.
--- The body is otherwise that of 010_enqueue_refresh_changed_heads.sql.
+-- ordered_enqueue_events inserts a batch of events, validated by the caller and each (key, seq)
+-- at most once, in the order given. It returns one row per event: its position (ord), the job
+-- id, and whether (key, seq) already existed (an idempotent no-op). A late event (seq below a
+-- job of its key that has started or finished, or at or below the key's archived history)
+-- raises ORD01 and nothing is written.
+--
+-- It checks its events for lateness twice: before the insert, and again after it moved heads,
+-- for the heads its events went below. Claims do not wait for the key row an enqueue holds, so
+-- a queued head can be claimed and given back for a retry between the first check and the
+-- refresh; it has started by then, and the refresh (which keeps only running heads) demoted it.
+-- Jobs must be written through this function only: it keeps (key, seq) unique across open and
+-- finished jobs.
 CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[])
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_events ordered_event[] := p_events;
@@ -107,7 +113,7 @@ BEGIN
     -- makes nothing claimable: neither the refresh nor the wake-up check runs for it. (The
     -- head is the key's lowest open job. While this transaction holds the key row, what else
     -- can change the key's jobs (claims, renewals, retries, give-backs) leaves the head where
-    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row, 011.)
+    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row.)
     SELECT array_agg(b.key), array_agg(h.id) FILTER (WHERE h.id IS NOT NULL)
     INTO v_keys, v_old_heads
     FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)

@@ -1,14 +1,12 @@
--- A replay locks the key's first later open job before it checks the key's later jobs. The
--- checks ran while claims and retries, which do not wait for the key row, could still change
--- that job: claimed and given back for a retry before the replay moved the head, it had
--- started, and the replay, unforced, ran the failed job before it; claimed and still
--- running, it made the refresh raise ORD01 (a late event) instead of ORD03 (a later job
--- running). Now a claim skips the locked head until the replay ends
--- (TestReplayInFlightKeepsTheHeadFromBeingClaimed). The same race as in
--- 012_enqueue_late_recheck.sql, closed there by a second look, since an enqueue to a busy key
--- must not hold up its head. The body is otherwise that of 001_queue.sql.
+-- ordered_job_replay queues a failed job again with its attempts reset. If a later job of its
+-- key has already started, the replay would run out of order: it raises ORD02 unless p_force.
+-- It always raises ORD03 while a later job of the key is running. ORD04: no such failed job.
+-- It locks the key's first later open job before it checks the later jobs, so that a claim or
+-- retry (which do not wait for the key row) cannot change that job between the checks and the
+-- move of the head.
 CREATE OR REPLACE FUNCTION ordered_job_replay(p_id bigint, p_force boolean) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+AS $$
 DECLARE
     v_key text;
     v_seq bigint;

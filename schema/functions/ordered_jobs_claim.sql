@@ -1,30 +1,3 @@
--- The claim moves into a function, so that its plan no longer depends on the statistics of the
--- moment. A queue's statistics are nearly always stale: ANALYZE sees one instant of a table
--- whose ready heads come and go within milliseconds. Two plans measured on this schema:
---
--- * Analysed with a 1,000,000-job backlog behind one running head (no ready head in the
---   sample), then given 1,000 ready keys: the planner expected one ready head, read all 1,000
---   through ordered_jobs_heads, ran the guard for each and sorted them; 3,486 buffers for a
---   claim of 20 jobs, against 537 through ordered_jobs_ready. Every claim paid for every ready
---   key: a drain of the other keys ran at 0.66 to 0.8 of its rate without the backlog.
--- * Analysed drained (only finished jobs), then given 2,000 ready keys: the planner expected
---   no open job and made the guard a join that read the whole of ordered_jobs_open for each
---   candidate; 57,606 buffers for a claim of 20.
---
--- One fence, independent of any estimate: the function forbids sorts (enable_sort = off).
--- * The oldest ready heads can then only be had by walking ordered_jobs_ready (available_at,
---   id) in order and stopping after the jobs taken; expired leases, ordered_jobs_leased.
--- * The guard reads the key's lowest open job (ORDER BY seq LIMIT 1), which without a sort
---   only a probe of ordered_jobs_open (key, seq) with the candidate's key as its condition
---   can give, and checks that it is not below the candidate: the same rule as before, no
---   open job of the key with a lower seq. Written as a plain NOT EXISTS it could become a
---   join over the whole index, as above; kept out of joins (OFFSET 0), the planner, costing
---   it as a search for one of the thousands of open jobs it expected, chose a sequential
---   scan of the table for each candidate (7,125 buffers for 20).
---
--- The statement is otherwise the one in ordered/internal/store/queries/job_claim_many.sql
--- before this version; that file now calls this function.
-
 -- ordered_jobs_claim takes up to p_limit jobs and leases them for p_lease: one statement, one
 -- auto-committed transaction.
 --
@@ -36,14 +9,17 @@
 -- Both carry the same NOT EXISTS guard: no open job of the same key with a lower seq. It always
 -- applies, also to recovery. FOR UPDATE SKIP LOCKED: a candidate locked by another claim (or by
 -- an enqueue that is demoting it) is skipped, never waited for; if it changed since this
--- statement's snapshot, PostgreSQL re-checks head and status on the new row version.
-CREATE FUNCTION ordered_jobs_claim(p_limit integer, p_lease interval)
+-- statement's snapshot, PostgreSQL re-checks head and status on the new row version. Its plans
+-- are pinned to the index walks above: a queue table's statistics lag behind its churn.
+CREATE OR REPLACE FUNCTION ordered_jobs_claim(p_limit integer, p_lease interval)
 RETURNS TABLE (id bigint, key text, seq bigint, kind text, payload jsonb, attempts integer,
                max_attempts integer, claim_version bigint, lease_until timestamptz,
                created_at timestamptz, available_at timestamptz, attempted_at timestamptz,
                last_error text, recovered boolean)
 LANGUAGE plpgsql
 SET enable_sort = off
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN

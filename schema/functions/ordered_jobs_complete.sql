@@ -1,17 +1,11 @@
--- ordered_jobs_complete in time linear in its batch. Since a handler's slot is free when it
--- returns, a worker's batches grow to hundreds of jobs, and two checks of the function
--- compared each row with the whole batch:
--- * The claim-version check, an EXISTS over the unnested batch. Its generic plan (the
---   function's statements are planned once, expecting ten array elements) is a nested-loop
---   semi join that reads the whole unnested batch again for every row.
--- * In the promotion, "is this job claimed": = ANY over the claimed ids, for each of five
---   columns of every row.
--- With batches of 292 jobs (1,000 keys x 300, 64 handlers), the completing update took
--- 12.8 ms a batch and the promoting one 7.2 ms; the drain ran at 19,200-19,600 jobs/s.
--- Now the versions are looked up in a jsonb object keyed by id, whatever the plan, and the
--- promotion is two updates through the primary key, the claimed next jobs and the others:
--- 4.9 and 6.4 ms, and 28,500 jobs/s. The body is otherwise that of 002_complete_many.sql,
--- with 003's generic plans.
+-- ordered_jobs_complete completes a batch of claims (p_ids and p_versions, same positions) whose
+-- leases are live, hands each key to its next open job and claims up to p_next_limit of those
+-- next jobs, leased for p_lease: completing a job and starting its key's next one in one
+-- statement. It returns the completed claims (completed true), then the claimed jobs; the
+-- claims not returned were lost, and nothing changed for them.
+--
+-- It runs in time linear in its batch: the versions are looked up in a jsonb object keyed by
+-- id, whatever the plan, and every update reaches its rows through the primary key.
 CREATE OR REPLACE FUNCTION ordered_jobs_complete(p_ids bigint[], p_versions bigint[],
                                                  p_next_limit integer DEFAULT 0,
                                                  p_lease interval DEFAULT NULL)
@@ -21,6 +15,7 @@ RETURNS TABLE (completed boolean, id bigint, key text, seq bigint, kind text, pa
                attempted_at timestamptz, last_error text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

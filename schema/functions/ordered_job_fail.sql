@@ -1,0 +1,32 @@
+-- ordered_job_fail fails a job for good. p_block keeps it at the head of its key (status
+-- blocked: later jobs wait); otherwise it becomes failed and the key moves on. With p_expired
+-- the claim must have an expired lease and no attempts left (a crashed worker's job); otherwise
+-- it must be the current claim with a live lease. Returns false, changing nothing, if not.
+CREATE OR REPLACE FUNCTION ordered_job_fail(p_id bigint, p_version bigint, p_error text,
+                                 p_block boolean, p_expired boolean) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_key text;
+BEGIN
+    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
+    IF v_key IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE ordered_jobs
+    SET status = CASE WHEN p_block THEN 'blocked' ELSE 'failed' END,
+        head = p_block, lease_until = NULL, last_error = p_error,
+        finished_at = clock_timestamp()
+    WHERE id = p_id AND claim_version = p_version AND status = 'running'
+      AND CASE WHEN p_expired
+               THEN lease_until <= clock_timestamp() AND attempts >= max_attempts
+               ELSE lease_until > clock_timestamp() END;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT p_block THEN
+        PERFORM ordered_heads_refresh(ARRAY[v_key]);
+    END IF;
+    RETURN true;
+END
+$$;

@@ -1,0 +1,24 @@
+-- ordered_job_lock_key locks the key row of a job before the job row is touched (key, then job:
+-- the same order as enqueue, so the two never deadlock) and returns the job's key and seq.
+-- p_exclusive is for admin operations (replay, skip), which move the key's head: they write the
+-- key row, not only lock it, so that a REPEATABLE READ or SERIALIZABLE caller whose snapshot
+-- predates the move meets a serialization error at the key row (completers lock it FOR SHARE,
+-- enqueuers upsert it) instead of computing heads from that snapshot. Completers and failers
+-- share the lock.
+CREATE OR REPLACE FUNCTION ordered_job_lock_key(p_id bigint, p_exclusive boolean,
+                                                OUT o_key text, OUT o_seq bigint)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT j.key, j.seq INTO o_key, o_seq FROM ordered_jobs AS j WHERE j.id = p_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_exclusive THEN
+        -- The same lock as FOR NO KEY UPDATE, and a new row version.
+        UPDATE ordered_keys AS k SET seq_max = k.seq_max WHERE k.key = o_key;
+    ELSE
+        PERFORM 1 FROM ordered_keys AS k WHERE k.key = o_key FOR SHARE;
+    END IF;
+END
+$$;

@@ -1,0 +1,242 @@
+package schema_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered/orderedtest"
+	"github.com/orderedq/ordered/schema"
+)
+
+// definition is what a function file declares: its name, its SET clauses in order, and the
+// body between its dollar quotes.
+type definition struct {
+	name   string
+	config []string
+	body   string
+}
+
+var (
+	createRE = regexp.MustCompile(`(?m)^CREATE OR REPLACE FUNCTION (\w+)\(`)
+	setRE    = regexp.MustCompile(`(?m)^SET (\w+) = (\S+)$`)
+)
+
+func parseDefinition(t *testing.T, f schema.Function) definition {
+	t.Helper()
+	creates := createRE.FindAllStringSubmatch(f.SQL, -1)
+	require.Len(t, creates, 1, "functions/%s.sql defines one function", f.Name)
+	require.Equal(t, f.Name, creates[0][1], "functions/%s.sql is named after its function", f.Name)
+	head, rest, ok := strings.Cut(f.SQL, "AS $$")
+	require.True(t, ok, "functions/%s.sql: AS $$ ... $$;", f.Name)
+	body, _, ok := strings.Cut(rest, "$$;")
+	require.True(t, ok, "functions/%s.sql: AS $$ ... $$;", f.Name)
+	d := definition{name: f.Name, config: []string{}, body: body}
+	for _, m := range setRE.FindAllStringSubmatch(head, -1) {
+		d.config = append(d.config, m[1]+"="+m[2])
+	}
+	return d
+}
+
+// Every function of a migrated schema is defined by exactly one file, with the body and the
+// settings (proconfig) of that file: a migration that replaced a function without its SET
+// clauses, or altered one behind its file's back, fails here.
+func TestFunctionsMatchTheirFiles(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	fns, err := schema.Functions()
+	require.NoError(t, err)
+	files := map[string]definition{}
+	for _, f := range fns {
+		files[f.Name] = parseDefinition(t, f)
+	}
+
+	rows, err := q.Pool.Query(ctx, `SELECT p.proname, p.prosrc, coalesce(p.proconfig, '{}')
+		FROM pg_proc AS p WHERE p.pronamespace = current_schema()::regnamespace ORDER BY p.proname`)
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	var name, src string
+	var config []string
+	_, err = pgx.ForEachRow(rows, []any{&name, &src, &config}, func() error {
+		require.False(t, seen[name], "%s is overloaded: one function a name", name)
+		seen[name] = true
+		d, ok := files[name]
+		require.True(t, ok, "%s has no file in schema/functions", name)
+		require.Equal(t, d.body, src, "%s: body differs from functions/%s.sql", name, name)
+		require.Equal(t, d.config, config, "%s: settings differ from functions/%s.sql", name, name)
+		return nil
+	})
+	require.NoError(t, err)
+	for n := range files {
+		require.True(t, seen[n], "functions/%s.sql defines no function of the schema", n)
+	}
+}
+
+// fsWith is the embedded schema with extra or changed files.
+func fsWith(t *testing.T, changes map[string]string) fstest.MapFS {
+	t.Helper()
+	fsys := fstest.MapFS{}
+	ms, err := schema.Migrations()
+	require.NoError(t, err)
+	for _, m := range ms {
+		fsys[fmt.Sprintf("migrations/%03d_%s.sql", m.Version, m.Name)] = &fstest.MapFile{Data: []byte(m.SQL)}
+	}
+	fns, err := schema.Functions()
+	require.NoError(t, err)
+	for _, f := range fns {
+		fsys["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
+	}
+	for name, text := range changes {
+		fsys[name] = &fstest.MapFile{Data: []byte(text)}
+	}
+	return fsys
+}
+
+func functionText(t *testing.T, name string) string {
+	t.Helper()
+	fns, err := schema.Functions()
+	require.NoError(t, err)
+	for _, f := range fns {
+		if f.Name == name {
+			return f.SQL
+		}
+	}
+	t.Fatalf("no function file %s", name)
+	return ""
+}
+
+// A changed function file is applied again, and only that one; the same text twice is not.
+func TestMigrateReappliesOnlyChangedFunctions(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+
+	again, err := schema.Migrate(ctx, q.Pool)
+	require.NoError(t, err)
+	require.Empty(t, again.Migrations)
+	require.Empty(t, again.Functions)
+
+	changed := strings.Replace(functionText(t, "ordered_job_skip"), "BEGIN", "BEGIN\n    -- changed", 1)
+	fsys := fsWith(t, map[string]string{"functions/ordered_job_skip.sql": changed})
+	applied, err := schema.MigrateFS(ctx, q.Pool, fsys)
+	require.NoError(t, err)
+	require.Empty(t, applied.Migrations)
+	require.Equal(t, []string{"ordered_job_skip"}, applied.Functions)
+	var src string
+	require.NoError(t, q.Pool.QueryRow(ctx, `SELECT prosrc FROM pg_proc
+		WHERE proname = 'ordered_job_skip' AND pronamespace = current_schema()::regnamespace`).Scan(&src))
+	require.Contains(t, src, "-- changed")
+
+	applied, err = schema.MigrateFS(ctx, q.Pool, fsys)
+	require.NoError(t, err)
+	require.Empty(t, applied.Functions)
+
+	// Back to the embedded text: applied again.
+	applied, err = schema.Migrate(ctx, q.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ordered_job_skip"}, applied.Functions)
+}
+
+// A function whose body does not compile fails the migration, which changes nothing.
+func TestMigrateRefusesABrokenFunction(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	broken := strings.Replace(functionText(t, "ordered_job_skip"), "PERFORM", "PERFORMM", 1)
+	_, err := schema.MigrateFS(ctx, q.Pool, fsWith(t, map[string]string{
+		"migrations/999_extra.sql":       "CREATE TABLE ordered_extra (id int);",
+		"functions/ordered_job_skip.sql": broken,
+	}))
+	require.ErrorContains(t, err, "function ordered_job_skip")
+	var extra *string
+	require.NoError(t, q.Pool.QueryRow(ctx, `SELECT to_regclass('ordered_extra')::text`).Scan(&extra))
+	require.Nil(t, extra, "the migration's table was rolled back with the function")
+}
+
+// A new migration is applied to a schema that has the earlier ones, once.
+func TestMigrateAppliesANewMigrationOnce(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	fsys := fsWith(t, map[string]string{
+		"migrations/999_extra.sql": "ALTER TABLE ordered_keys ADD COLUMN extra text;",
+	})
+	applied, err := schema.MigrateFS(ctx, q.Pool, fsys)
+	require.NoError(t, err)
+	require.Equal(t, []int{999}, applied.Migrations)
+	applied, err = schema.MigrateFS(ctx, q.Pool, fsys)
+	require.NoError(t, err)
+	require.Empty(t, applied.Migrations)
+}
+
+// Functions are replaced while other sessions call them: the callers never fail.
+func TestFunctionsReplacedWhileClaimsRun(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := q.Pool.Exec(ctx, `SELECT * FROM ordered_enqueue('[{"key":"a","seq":1,"max_attempts":3}]')`)
+	require.NoError(t, err)
+
+	cfg, err := pgxpool.ParseConfig(q.URL)
+	require.NoError(t, err)
+	callers, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer callers.Close()
+
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				// A claim that takes the job, and a give-back, so the key stays claimable.
+				rows, err := callers.Query(ctx, `SELECT id, claim_version FROM ordered_jobs_claim(1, '1 minute')`)
+				if err == nil {
+					var id, version int64
+					var found bool
+					for rows.Next() {
+						found = true
+						err = rows.Scan(&id, &version)
+					}
+					rows.Close()
+					if err == nil {
+						err = rows.Err()
+					}
+					if err == nil && found {
+						_, err = callers.Exec(ctx, `UPDATE ordered_jobs SET status = 'queued', lease_until = NULL
+							WHERE id = $1 AND claim_version = $2`, id, version)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range 20 {
+		text := strings.Replace(functionText(t, "ordered_jobs_claim"), "BEGIN", fmt.Sprintf("BEGIN\n    -- version %d", i), 1)
+		applied, err := schema.MigrateFS(ctx, q.Pool, fsWith(t, map[string]string{"functions/ordered_jobs_claim.sql": text}))
+		require.NoError(t, err)
+		require.Equal(t, []string{"ordered_jobs_claim"}, applied.Functions)
+	}
+	close(stop)
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+}
