@@ -30,9 +30,11 @@ type execConfig struct {
 	grace time.Duration
 	// env is the environment of every command, before the job's variables.
 	env []string
-	// guard is the ordered binary, that runs each command under execGuardCmd.
-	guard string
 }
+
+// selfExe is this very binary, even once an upgrade replaced or removed its file: the guard of
+// each command runs it.
+const selfExe = "/proc/self/exe"
 
 // execHandler runs the command once per job (see workCmd), each under a guard process
 // (execGuardCmd) that holds the read end of a pipe whose write end only this process holds.
@@ -46,7 +48,8 @@ func execHandler(c execConfig, a *app) ordered.HandlerFunc {
 			return fmt.Errorf("control pipe: %w", err)
 		}
 		defer keep.Close()
-		cmd := exec.Command(c.guard, execGuardName, "--grace", c.grace.String(), "--", c.command)
+		cmd := exec.Command(selfExe, execGuardName, "--grace", c.grace.String(), "--", c.command)
+		cmd.Args[0] = os.Args[0]
 		cmd.Stdin = bytes.NewReader(job.Payload)
 		cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
 		cmd.Env = append(c.env[:len(c.env):len(c.env)],

@@ -63,15 +63,10 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 			if err := validateWorkFlags(command, workers, lease, maxAttempts, poll, killGrace); err != nil {
 				return err
 			}
-			guard, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find the ordered binary for --exec: %w", err)
-			}
 			execCfg := execConfig{
 				command: command,
 				grace:   killGrace,
 				env:     commandEnv(os.Environ(), a.databaseURL, databaseEnv),
-				guard:   guard,
 			}
 			decision, err := policy.ParseDecision(policyName)
 			if err != nil {
