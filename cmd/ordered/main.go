@@ -76,6 +76,7 @@ The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHO
 		a.verifyCmd(),
 		a.benchCmd(),
 		a.verifyWorkerCmd(),
+		a.execGuardCmd(),
 	)
 	return root
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,24 +30,43 @@ func (a *app) workCmd() *cobra.Command {
 		poll        time.Duration
 		pollOnly    bool
 		metricsAddr string
+		killGrace   time.Duration
+		databaseEnv bool
 	)
 	cmd := &cobra.Command{
 		Use:   "work --exec COMMAND",
 		Short: "Run workers that execute COMMAND once per job",
 		Long: `Work runs workers that execute COMMAND through /bin/sh once per job, with the job's JSON
-payload on standard input and ORDERED_JOB_ID, ORDERED_KEY, ORDERED_SEQ, ORDERED_ATTEMPT and
-ORDERED_KIND in its environment.
+payload on standard input and in its environment ORDERED_JOB_ID, ORDERED_KEY, ORDERED_SEQ,
+ORDERED_ATTEMPT, ORDERED_KIND, ORDERED_CLAIM_VERSION (the claim's fencing token: it grows with
+every claim of the job) and ORDERED_IDEMPOTENCY_KEY ("key/seq", the same on every attempt). A
+system that COMMAND changes can refuse a stale effect: keep per key the highest (seq, claim
+version) accepted and refuse a lower one; and drop a retry whose idempotency key it has seen.
+COMMAND does not get DATABASE_URL or the PG* variables unless --exec-database-env is given.
 
 Exit 0 completes the job; exit 65 (EX_DATAERR) fails it for good and the --policy decides for
-its key; any other exit retries it with backoff. The lease is renewed while COMMAND runs; if
-the claim is lost, COMMAND's process group is terminated. COMMAND dies with the worker.
+its key; any other exit retries it with backoff. The lease is renewed while COMMAND runs.
+
+COMMAND and every process it starts (in its process group or not, in the background or not)
+never outlive its claim: when the claim is lost or its renewals fail, when the worker stops at
+once, and when the worker dies (even by SIGKILL), they get SIGTERM, then SIGKILL after
+--kill-grace. When COMMAND exits, what it left running is ended the same way before the job
+counts as done.
 
 SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stops at once
 (running jobs go back to the queue, their attempts not counted).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if command == "" {
-				return errors.New("--exec is required")
+			if !cmd.Flags().Changed("kill-grace") {
+				killGrace = min(killGraceDefault, lease/6)
+			}
+			if err := validateWorkFlags(command, workers, lease, maxAttempts, poll, killGrace); err != nil {
+				return err
+			}
+			execCfg := execConfig{
+				command: command,
+				grace:   killGrace,
+				env:     commandEnv(os.Environ(), a.databaseURL, databaseEnv),
 			}
 			decision, err := policy.ParseDecision(policyName)
 			if err != nil {
@@ -58,8 +79,9 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 				client: ordered.Config{Lease: lease, Policy: policy.Always(decision), Logger: logger},
 				worker: ordered.WorkerConfig{
 					Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg, MaxAttempts: maxAttempts,
+					StopGrace: killGrace,
 				},
-				handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(command, a) },
+				handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
 				started: func(w *ordered.Worker) (func(), error) {
 					if metricsAddr == "" {
 						return func() {}, nil
@@ -83,7 +105,31 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 	f.DurationVar(&poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN (for transaction-mode poolers)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address")
+	f.DurationVar(&killGrace, "kill-grace", 0, "how long COMMAND's processes get between SIGTERM and SIGKILL (at most --lease/2; default 5s or --lease/6, whichever is shorter)")
+	f.BoolVar(&databaseEnv, "exec-database-env", false, "give COMMAND the worker's DATABASE_URL (--database-url when set) and PG* variables")
 	return cmd
+}
+
+// validateWorkFlags refuses values out of range, by the flag's name.
+func validateWorkFlags(command string, workers int, lease time.Duration, maxAttempts int, poll, killGrace time.Duration) error {
+	switch {
+	case command == "":
+		return errors.New("--exec is required")
+	case workers < 1:
+		return errors.New("--workers must be at least 1")
+	case lease < ordered.LeaseMin:
+		return fmt.Errorf("--lease must be at least %v", ordered.LeaseMin)
+	case maxAttempts < 1 || maxAttempts > math.MaxInt32:
+		return fmt.Errorf("--max-attempts must be between 1 and %d", math.MaxInt32)
+	case poll < ordered.PollIntervalMin:
+		return fmt.Errorf("--poll must be at least %v", ordered.PollIntervalMin)
+	case killGrace <= 0:
+		return errors.New("--kill-grace must be positive")
+	case killGrace > lease/2:
+		// Within the bound of WorkerConfig.StopGrace, so the library never refuses it.
+		return fmt.Errorf("--kill-grace %v is too long for --lease %v: it must be at most half of it", killGrace, lease)
+	}
+	return nil
 }
 
 func serveMetrics(addr string, reg *prometheus.Registry, w *ordered.Worker) (*http.Server, error) {

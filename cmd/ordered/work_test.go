@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +37,12 @@ type cliProc struct {
 // their scratch directory in $ORDERED_TEST_DIR. The process is killed when the test ends.
 func startCLIWorker(t *testing.T, q *orderedtest.Queue, args ...string) *cliProc {
 	t.Helper()
+	return startCLIWorkerEnv(t, q, nil, args...)
+}
+
+// startCLIWorkerEnv is startCLIWorker with env added to the worker's environment.
+func startCLIWorkerEnv(t *testing.T, q *orderedtest.Queue, env []string, args ...string) *cliProc {
+	t.Helper()
 	dir := t.TempDir()
 	stdout, err := os.Create(filepath.Join(dir, "worker.stdout"))
 	require.NoError(t, err)
@@ -46,7 +53,7 @@ func startCLIWorker(t *testing.T, q *orderedtest.Queue, args ...string) *cliProc
 
 	full := append([]string{"work", "--database-url", q.URL, "--poll", "50ms"}, args...)
 	cmd := exec.Command(cliBin, full...)
-	cmd.Env = append(os.Environ(), "ORDERED_TEST_DIR="+dir)
+	cmd.Env = append(append(os.Environ(), env...), "ORDERED_TEST_DIR="+dir)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	require.NoError(t, cmd.Start())
 	p := &cliProc{cmd: cmd, dir: dir, done: make(chan struct{})}
@@ -223,21 +230,23 @@ func TestWorkMaxAttemptsFlag(t *testing.T) {
 		"--max-attempts 2 must stop the retries after attempt 2 (the job has max_attempts=%d)", maxAttempts)
 }
 
-// A lost claim terminates the command: the next heartbeat finds the claim gone.
+// A lost claim terminates the command's whole tree: the next heartbeat finds the claim gone,
+// and every process gets SIGTERM (the script's trap runs), then SIGKILL after the grace.
 func TestWorkLostClaimTerminatesCommand(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
+	r := newTreeRun(t)
 	enqueueCLI(t, q, `{"key":"k","seq":1,"max_attempts":1}`+"\n")
-	w := startCLIWorker(t, q, "--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 300`, "--lease", "1s")
-	pid := w.waitPID(t, "pid")
-	require.False(t, processGone(pid))
+	w := startCLIWorker(t, q, "--lease", "8s", "--kill-grace", "3s", "--exec", r.command("SCRIPT; true"))
+	procs := r.waitTree(t, w, "1-1")
 
 	tag, err := q.Pool.Exec(context.Background(),
 		"UPDATE ordered_jobs SET claim_version = claim_version + 1 WHERE id = 1 AND status = 'running'")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 
-	requireGone(t, pid, 5*time.Second, "the command outlived its lost claim")
+	requireTrapRan(t, r, "1-1")
+	requireTreeGone(t, w, procs, 10*time.Second, "the command outlived its lost claim")
 	require.Eventually(t, func() bool { return strings.Contains(w.stderr(), "lost the claim") },
 		5*time.Second, 20*time.Millisecond)
 	select {
@@ -247,18 +256,26 @@ func TestWorkLostClaimTerminatesCommand(t *testing.T) {
 	}
 }
 
-// A worker killed with SIGKILL leaves no command behind (Pdeathsig).
+// A worker killed with SIGKILL leaves nothing of its command behind, and long before the
+// job's lease expires: every process gets SIGTERM (the script's trap runs), then SIGKILL after
+// the grace.
 func TestWorkSIGKILLLeavesNoOrphan(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
+	r := newTreeRun(t)
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
-	w := startCLIWorker(t, q, "--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 300`)
-	pid := w.waitPID(t, "pid")
-	require.False(t, processGone(pid))
+	w := startCLIWorker(t, q, "--lease", "30s", "--kill-grace", "3s", "--exec", r.command("SCRIPT | cat"))
+	procs := r.waitTree(t, w, "1-1")
+	require.NotEmpty(t, processesOf(w))
 
 	w.signal(t, syscall.SIGKILL)
 	require.Equal(t, -1, w.wait(t, 5*time.Second), "killed by a signal")
-	requireGone(t, pid, 5*time.Second, "the command outlived its SIGKILLed worker")
+	requireTreeGone(t, w, procs, 15*time.Second, "the command outlived its SIGKILLed worker")
+	requireTrapRan(t, r, "1-1")
+	var leased bool
+	require.NoError(t, q.Pool.QueryRow(context.Background(),
+		"SELECT status = 'running' AND lease_until > now() FROM ordered_jobs WHERE id = 1").Scan(&leased))
+	require.True(t, leased, "the command must be gone while its claim still holds")
 }
 
 // SIGTERM drains: the running job finishes and is done, no other job starts, exit 0.
@@ -283,15 +300,18 @@ func TestWorkSIGTERMDrains(t *testing.T) {
 	require.Less(t, w.exitedAt.Sub(signalled), 5*time.Second)
 }
 
-// A second SIGTERM stops at once: the running command is terminated and its job released.
+// A second SIGTERM stops at once: the running command's tree gets SIGTERM (its trap runs),
+// SIGKILL after the grace, and its job is released.
 func TestWorkSecondSIGTERMStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
+	r := newTreeRun(t)
 	enqueueCLI(t, q, `{"key":"k","seq":1}
 {"key":"k","seq":2}
 `)
-	w := startCLIWorker(t, q, "--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 300`)
-	pid := w.waitPID(t, "pid")
+	const grace = 3 * time.Second
+	w := startCLIWorker(t, q, "--kill-grace", grace.String(), "--exec", r.command("SCRIPT; true"))
+	procs := r.waitTree(t, w, "1-1")
 
 	w.signal(t, syscall.SIGTERM)
 	// The first signal must be handled before the second, or the two may be merged.
@@ -302,13 +322,62 @@ func TestWorkSecondSIGTERMStopsAtOnce(t *testing.T) {
 		t.Fatalf("the worker exited after one SIGTERM while its job runs; stderr:\n%s", w.stderr())
 	case <-time.After(200 * time.Millisecond):
 	}
+	require.Empty(t, r.file("trap-1-1"), "draining lets the command run")
 	signalled := time.Now()
 	w.signal(t, syscall.SIGTERM)
-	w.wait(t, 5*time.Second)
-	require.Less(t, w.exitedAt.Sub(signalled), 3*time.Second, "the second signal stops at once")
-	requireGone(t, pid, 2*time.Second, "the command outlived the worker's stop")
+	w.wait(t, grace+10*time.Second)
+	require.Less(t, w.exitedAt.Sub(signalled), grace+5*time.Second, "the second signal stops at once, the grace aside")
+	requireTrapRan(t, r, "1-1")
+	requireTreeGone(t, w, procs, time.Second, "the command outlived the worker's stop")
 	require.Equal(t, []string{"k/1 queued attempts=0", "k/2 queued attempts=0"}, jobStates(t, q.Pool),
 		"the running job goes back to the queue, its attempt not counted")
+}
+
+// Flags out of range are refused by their own names, before any database is needed; every
+// failure of work is one line on stderr and a non-zero exit.
+func TestWorkFlagErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--exec is required"},
+		{[]string{"--workers", "0"}, "--workers must be at least 1"},
+		{[]string{"--workers", "-2"}, "--workers must be at least 1"},
+		{[]string{"--lease", "0"}, "--lease must be at least 50ms"},
+		{[]string{"--lease", "10ms"}, "--lease must be at least 50ms"},
+		{[]string{"--max-attempts", "0"}, "--max-attempts must be between 1 and 2147483647"},
+		{[]string{"--max-attempts", "-1"}, "--max-attempts must be between 1 and 2147483647"},
+		{[]string{"--max-attempts", "2147483648"}, "--max-attempts must be between 1 and 2147483647"},
+		{[]string{"--poll", "0"}, "--poll must be at least 10ms"},
+		{[]string{"--poll", "1ms"}, "--poll must be at least 10ms"},
+		{[]string{"--kill-grace", "0"}, "--kill-grace must be positive"},
+		{[]string{"--kill-grace", "-1s"}, "--kill-grace must be positive"},
+		{[]string{"--kill-grace", "16s"}, "--kill-grace 16s is too long for --lease 30s: it must be at most half of it"},
+		{[]string{"--lease", "1s", "--kill-grace", "600ms"}, "--kill-grace 600ms is too long for --lease 1s: it must be at most half of it"},
+		{[]string{"--workers", "many"}, `invalid argument "many" for "--workers" flag`},
+		{[]string{"--policy", "sometimes"}, "sometimes"},
+		// Accepted: the default grace shrinks to a short lease; the database is what fails.
+		{[]string{"--lease", "1s"}, "connect"},
+		{[]string{"--lease", "1s", "--kill-grace", "500ms"}, "connect"},
+	} {
+		args := append([]string{"work"}, tc.args...)
+		if !slices.Contains(tc.args, "--exec") && len(tc.args) > 0 {
+			args = append(args, "--exec", "true")
+		}
+		r := runCLI(t, "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2", "", args...)
+		requireOneLineError(t, r)
+		require.Contains(t, r.stderr, tc.want, "%v", args)
+		if !strings.Contains(tc.want, "connect") {
+			require.NotContains(t, r.stderr, "Config", "%v: a flag's name, not a library field's", args)
+		}
+	}
+
+	// Failures once connected are one line too: an address that cannot be served.
+	q := orderedtest.New(t)
+	r := runCLI(t, q.URL, "", "work", "--exec", "true", "--metrics-addr", "127.0.0.1:99999")
+	requireOneLineError(t, r)
+	require.Contains(t, r.stderr, "--metrics-addr")
 }
 
 // --metrics-addr serves /healthz and the Prometheus /metrics.
