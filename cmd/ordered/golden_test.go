@@ -281,13 +281,13 @@ func TestGoldenReplaySkip(t *testing.T) {
 	}
 
 	// Each ID is done on its own: one line each, a summary, non-zero when any was refused.
-	requireOneLineError(t, step("replay", "1"))    // done, not failed
-	requireOneLineError(t, step("replay", "x"))    // not an ID
-	requireOneLineError(t, step("skip", "0"))      // not an ID
-	requireOneLineError(t, step("skip", "99"))     // no such job
-	require.Zero(t, step("skip", "2").code)        // releases cust-1 past its blocked seq 2
-	require.Zero(t, step("skip", "2").code)        // skipping it again blocks nothing, says so
-	r := step("skip", "4") // failed under the skip policy: blocks nothing, and says so
+	requireOneLineError(t, step("replay", "1")) // done, not failed
+	requireOneLineError(t, step("replay", "x")) // not an ID
+	requireOneLineError(t, step("skip", "0"))   // not an ID
+	requireOneLineError(t, step("skip", "99"))  // no such job
+	require.Zero(t, step("skip", "2").code)     // releases cust-1 past its blocked seq 2
+	require.Zero(t, step("skip", "2").code)     // skipping it again blocks nothing, says so
+	r := step("skip", "4")                      // failed under the skip policy: blocks nothing, and says so
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, "job 4 blocks nothing: its key had moved on already; left as it is\nskipped 0 of 1 jobs; 1 blocked nothing\n", r.stdout)
 	requireOneLineError(t, step("skip", "3", "2")) // job 3 is queued: refused; job 2 is still done
