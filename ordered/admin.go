@@ -101,12 +101,14 @@ func (c *Client) Replay(ctx context.Context, id int64, p ReplayParams) error {
 }
 
 // Skip releases the key held by a blocked job: the job stays failed, for the record, and the
-// key's next job may run. ErrNotFailed: no such failed job.
-func (c *Client) Skip(ctx context.Context, id int64) error {
-	if err := store.JobSkip(ctx, c.pool, id); err != nil {
-		return mapDBError(err)
+// key's next job may run. released is false when the job held nothing (it failed under the
+// skip policy, or was skipped before): nothing changed. ErrNotFailed: no such failed job.
+func (c *Client) Skip(ctx context.Context, id int64) (released bool, err error) {
+	released, err = store.JobSkip(ctx, c.pool, id)
+	if err != nil {
+		return false, mapDBError(err)
 	}
-	return nil
+	return released, nil
 }
 
 // Stats are the queue's counts at one moment.

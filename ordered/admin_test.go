@@ -2,6 +2,7 @@ package ordered_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,20 +81,26 @@ func TestSkipReleasesABlockedKey(t *testing.T) {
 	require.Equal(t, ordered.Blocked, out)
 	b.claimNone(t, b.client)
 
-	// Skipping a job that has not failed is refused and changes nothing.
-	err := b.client.Skip(b.ctx, ids[1]) // queued
+	// Skipping a job that has not failed is refused, says why, and changes nothing.
+	_, err := b.client.Skip(b.ctx, ids[1]) // queued
 	require.ErrorIs(t, err, ordered.ErrNotFailed)
+	require.EqualError(t, err, fmt.Sprintf("ordered: job %d is queued, not failed", ids[1]))
 	require.Equal(t, "queued", b.jobStatus(t, ids[1]))
-	require.ErrorIs(t, b.client.Skip(b.ctx, 1<<40), ordered.ErrNotFailed) // no such job
+	_, err = b.client.Skip(b.ctx, 1<<40) // no such job
+	require.ErrorIs(t, err, ordered.ErrNotFailed)
+	require.EqualError(t, err, fmt.Sprintf("ordered: job %d does not exist", int64(1<<40)))
 	b.claimNone(t, b.client)
 	require.Equal(t, "blocked", b.jobStatus(t, j1.ID))
 
-	require.NoError(t, b.client.Skip(b.ctx, j1.ID))
+	released, err := b.client.Skip(b.ctx, j1.ID)
+	require.NoError(t, err)
+	require.True(t, released)
 	require.Equal(t, "failed", b.jobStatus(t, j1.ID))
 
 	j2 := b.claimOne(t, b.client)
 	require.EqualValues(t, 2, j2.Seq)
-	require.ErrorIs(t, b.client.Skip(b.ctx, j2.ID), ordered.ErrNotFailed) // running
+	_, err = b.client.Skip(b.ctx, j2.ID) // running
+	require.ErrorIs(t, err, ordered.ErrNotFailed)
 	require.Equal(t, "running", b.jobStatus(t, j2.ID))
 
 	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{Key: "k"})
@@ -111,8 +118,10 @@ func TestSkipReleasesABlockedKey(t *testing.T) {
 	require.EqualValues(t, 1, st.Failed)
 	require.Zero(t, st.BlockedKeys)
 
-	// Skipping it again is a no-op: it does not release the key a second time.
-	require.NoError(t, b.client.Skip(b.ctx, j1.ID))
+	// Skipping it again is a no-op that says so: it does not release the key a second time.
+	released, err = b.client.Skip(b.ctx, j1.ID)
+	require.NoError(t, err)
+	require.False(t, released)
 	require.Equal(t, "failed", b.jobStatus(t, j1.ID))
 	b.claimNone(t, b.client) // k/3 still waits for the running k/2
 	require.NoError(t, b.client.Complete(b.ctx, j2))

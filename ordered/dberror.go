@@ -13,6 +13,7 @@ const (
 	codeReplayOutOfOrder = "ORD02"
 	codeLaterJobRunning  = "ORD03"
 	codeNotFailed        = "ORD04"
+	codeLeaseLost        = "ORD06"
 )
 
 // fieldError is the error shape of database/sql drivers other than pgx (bun's pgdriver).
@@ -54,6 +55,8 @@ func mapDBError(err error) error {
 		return &schemaError{kind: ErrLaterJobRunning, msg: message}
 	case codeNotFailed:
 		return &schemaError{kind: ErrNotFailed, msg: message}
+	case codeLeaseLost:
+		return &schemaError{kind: ErrLeaseLost, msg: message}
 	}
 	return err
 }

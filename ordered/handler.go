@@ -30,13 +30,19 @@ func (f HandlerFunc) run(ctx context.Context, _ *Client, job *Job) (bool, error)
 	return false, f(ctx, job)
 }
 
-// TxHandlerFunc is a Handler that works inside a transaction: when it returns nil, the worker
-// completes the job in the same transaction and commits, so the handler's database effect and
-// the completion happen together or not at all. A stale attempt (lost claim) rolls back.
+// TxHandlerFunc is a Handler that works inside a transaction, at READ COMMITTED whatever the
+// server's default: when it returns nil, the worker completes the job in the same transaction
+// and commits, so the handler's database effect and the completion happen together or not at
+// all. A stale attempt (lost claim) rolls back and counts as lost ownership, not a failure.
 type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, job *Job) error
 
+// txHandlerOptions: under REPEATABLE READ or SERIALIZABLE a completion fails with a
+// serialization error whenever its key was enqueued to, or its lease renewed, after the
+// snapshot, and the attempt would be retried for it.
+var txHandlerOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
 func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, error) {
-	tx, err := c.pool.Begin(ctx)
+	tx, err := c.pool.BeginTx(ctx, txHandlerOptions)
 	if err != nil {
 		return false, err
 	}

@@ -50,12 +50,16 @@ func (j *Job) IdempotencyKey() string {
 	return j.Key + "/" + strconv.FormatInt(j.Seq, 10)
 }
 
-// Outcome is where a job went after a failed attempt.
+// Outcome is where a job went after a failed attempt. Its zero value, OutcomeNone, is what
+// Retry, RetryAfter and Fail return with an error: the job went nowhere by this call.
 type Outcome int
 
 const (
+	// OutcomeNone: no outcome; the call failed (with ErrLeaseLost: the claim was lost) and
+	// changed nothing.
+	OutcomeNone Outcome = iota
 	// Retried: the job is queued again, after a backoff; it still holds its key.
-	Retried Outcome = iota
+	Retried
 	// Failed: the job failed for good and its key moved on (the policy said Skip).
 	Failed
 	// Blocked: the job failed for good and holds its key (the policy said Block).
@@ -64,6 +68,8 @@ const (
 
 func (o Outcome) String() string {
 	switch o {
+	case OutcomeNone:
+		return "none"
 	case Retried:
 		return "retried"
 	case Failed:
@@ -121,11 +127,19 @@ func (c *Client) Complete(ctx context.Context, job *Job) error {
 }
 
 // CompleteTx completes the job inside tx, so a handler's effect in the same database and the
-// job's completion commit together or not at all: an exactly-once effect. On ErrLeaseLost the
-// caller must roll tx back (another worker owns the job now). The key's next job cannot start
-// until tx commits.
+// job's completion commit together or not at all: an exactly-once effect. The key's next job
+// cannot start until tx commits.
+//
+// ErrLeaseLost: the claim is no longer current (another worker may own the job now), and tx
+// is aborted by the database: its effects cannot commit, and a Commit of it fails and rolls
+// back. Roll it back. (Rolling back to a savepoint lifts the abort for what was written before
+// the savepoint: do not call CompleteTx inside a savepoint after effects that must go with it.)
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, job *Job) error {
-	return c.complete(ctx, tx, job)
+	err := mapDBError(store.JobCompleteOrAbort(ctx, tx, job.ID, job.ClaimVersion))
+	if err == nil || errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	return fmt.Errorf("ordered: complete job %d: %w", job.ID, err)
 }
 
 func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
@@ -266,6 +280,7 @@ func (c *Client) Renew(ctx context.Context, job *Job) (time.Time, error) {
 
 // Retry gives the job back after a failed attempt, to run again after Config.Backoff's delay.
 // A job with no attempts left fails for good instead, and the policy decides for its key.
+// With an error the outcome is OutcomeNone; ErrLeaseLost: the claim was lost, nothing changed.
 func (c *Client) Retry(ctx context.Context, job *Job, cause error) (Outcome, error) {
 	return c.RetryAfter(ctx, job, c.cfg.Backoff.Delay(job.Attempt), cause)
 }
@@ -277,16 +292,17 @@ func (c *Client) RetryAfter(ctx context.Context, job *Job, delay time.Duration, 
 	}
 	ok, err := store.JobReleaseForRetry(ctx, c.pool, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
 	if err != nil {
-		return 0, fmt.Errorf("ordered: retry job %d: %w", job.ID, err)
+		return OutcomeNone, fmt.Errorf("ordered: retry job %d: %w", job.ID, err)
 	}
 	if !ok {
-		return 0, ErrLeaseLost
+		return OutcomeNone, ErrLeaseLost
 	}
 	return Retried, nil
 }
 
 // Fail fails the job for good, without further attempts; the policy decides whether its key
-// blocks or moves on.
+// blocks or moves on. With an error the outcome is OutcomeNone; ErrLeaseLost: the claim was
+// lost, nothing changed.
 func (c *Client) Fail(ctx context.Context, job *Job, cause error) (Outcome, error) {
 	return c.fail(ctx, job, cause, false)
 }
@@ -300,10 +316,10 @@ func (c *Client) fail(ctx context.Context, job *Job, cause error, exhausted bool
 		ID: job.ID, Version: job.ClaimVersion, Error: errorText(cause), Block: decision == policy.Block,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("ordered: fail job %d: %w", job.ID, err)
+		return OutcomeNone, fmt.Errorf("ordered: fail job %d: %w", job.ID, err)
 	}
 	if !ok {
-		return 0, ErrLeaseLost
+		return OutcomeNone, ErrLeaseLost
 	}
 	return outcomeOf(decision), nil
 }

@@ -76,7 +76,9 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 		release: func(t *testing.T, b *testBundle) {
 			var id int64
 			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM ordered_jobs WHERE seq = 1`).Scan(&id))
-			require.NoError(t, b.client.Skip(b.ctx, id))
+			released, err := b.client.Skip(b.ctx, id)
+			require.NoError(t, err)
+			require.True(t, released)
 		},
 	}}
 	for _, tc := range cases {

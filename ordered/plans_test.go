@@ -224,7 +224,9 @@ func (b *testBundle) everyOperation(t *testing.T, c *ordered.Client, pool *pgxpo
 	out, err = c.Fail(ctx, c1, boom)
 	require.NoError(t, err)
 	require.Equal(t, ordered.Blocked, out)
-	require.NoError(t, c.Skip(ctx, c1.ID))
+	released, err := c.Skip(ctx, c1.ID)
+	require.NoError(t, err)
+	require.True(t, released)
 	require.NoError(t, c.Replay(ctx, c1.ID, ordered.ReplayParams{}))
 	require.NoError(t, c.Complete(ctx, claim("c", 1)))
 

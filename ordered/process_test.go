@@ -631,7 +631,7 @@ func TestProcessPausedPastLeaseIsFenced(t *testing.T) {
 
 		a, appA := start(t, b, "A", cfgA)
 		waitFor(t, 10*time.Second, "A's completion of k/1 waiting for the key", func() bool {
-			return b.sessions(t, appA, `wait_event_type = 'Lock' AND query LIKE '%ordered_jobs_complete%'`) == 1
+			return b.sessions(t, appA, `wait_event_type = 'Lock' AND query LIKE '%ordered_job_complete(%'`) == 1
 		})
 		a.signal(t, syscall.SIGSTOP)
 		require.Equal(t, 1, b.job(t, ids[0]).Attempts)
@@ -639,10 +639,11 @@ func TestProcessPausedPastLeaseIsFenced(t *testing.T) {
 		waitFor(t, 15*time.Second, "B took k/1 over", func() bool { return b.job(t, ids[0]).Attempts == 2 })
 		require.NoError(t, lock.Rollback(b.ctx))
 
-		// The database answers A's completion while A is stopped. Had it accepted it, A's
-		// uncommitted update would hold the job, and B could not complete it.
-		waitFor(t, 15*time.Second, "A's completion answered, B's committed and k/2 done", func() bool {
-			return b.sessions(t, appA, `state = 'idle in transaction' AND query LIKE '%ordered_jobs_complete%'`) == 1 &&
+		// The database answers A's completion while A is stopped, by aborting A's transaction.
+		// Had it accepted it, A's uncommitted update would hold the job, and B could not
+		// complete it.
+		waitFor(t, 15*time.Second, "A's completion refused, B's committed and k/2 done", func() bool {
+			return b.sessions(t, appA, `state = 'idle in transaction (aborted)' AND query LIKE '%ordered_job_complete(%'`) == 1 &&
 				b.jobStatus(t, ids[0]) == "done" && b.jobStatus(t, ids[1]) == "done"
 		})
 		resumeA(t, b, a, appA)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -161,6 +163,13 @@ func (a *app) failedCmd() *cobra.Command {
 	return cmd
 }
 
+// eachJobHelp is the part of the replay and skip help that says how a list of IDs is done.
+const eachJobHelp = `Each ID is done on its own, in the order given, in a transaction of its own: the IDs
+are independent repairs, so one that is refused (no such job, not failed, ...) undoes none of
+the others and stops none of those after it. One line per ID says what was done or why it was
+refused, then a summary; the exit status is non-zero if any was refused. An error that is no
+refusal (the database unreachable) stops the list where it is.`
+
 func (a *app) replayCmd() *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
@@ -168,11 +177,17 @@ func (a *app) replayCmd() *cobra.Command {
 		Short: "Queue failed jobs again with fresh attempts",
 		Long: `Replay queues failed jobs again with fresh attempts. A job that blocked its key runs
 before the key's later jobs. Replaying a job whose later jobs already ran would run it out of
-order: that is refused unless --force.`,
+order: that is refused unless --force. A replay is refused too while a later job of the key is
+running.
+
+` + eachJobHelp,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachJob(cmd, args, "replayed", func(c *ordered.Client, id int64) error {
-				return c.Replay(cmd.Context(), id, ordered.ReplayParams{Force: force})
+			return a.eachJob(cmd, args, "replayed", "", func(c *ordered.Client, id int64) (string, bool, error) {
+				if err := c.Replay(cmd.Context(), id, ordered.ReplayParams{Force: force}); err != nil {
+					return "", false, err
+				}
+				return fmt.Sprintf("replayed job %d", id), true, nil
 			})
 		},
 	}
@@ -184,17 +199,39 @@ func (a *app) skipCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "skip ID...",
 		Short: "Release keys blocked by failed jobs; the jobs stay failed, for the record",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Skip releases the keys blocked by failed jobs: each job stays failed, for the record,
+and its key's next job may run. A failed job that blocks nothing (it failed under the skip
+policy, or was skipped before) is left as it is, and its line says so.
+
+` + eachJobHelp,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachJob(cmd, args, "skipped", func(c *ordered.Client, id int64) error {
-				return c.Skip(cmd.Context(), id)
+			return a.eachJob(cmd, args, "skipped", "blocked nothing", func(c *ordered.Client, id int64) (string, bool, error) {
+				released, err := c.Skip(cmd.Context(), id)
+				switch {
+				case err != nil:
+					return "", false, err
+				case !released:
+					return fmt.Sprintf("job %d blocks nothing: its key had moved on already; left as it is", id), false, nil
+				}
+				return fmt.Sprintf("skipped job %d: its key moves on to its next job", id), true, nil
 			})
 		},
 	}
 }
 
-// eachJob applies op to every job ID, stopping at the first failure.
-func (a *app) eachJob(cmd *cobra.Command, args []string, verb string, op func(*ordered.Client, int64) error) error {
+// refused reports whether err is a refusal of one job (the others may still be done), not a
+// failure of the command.
+func refused(err error) bool {
+	return errors.Is(err, ordered.ErrNotFailed) || errors.Is(err, ordered.ErrReplayOutOfOrder) ||
+		errors.Is(err, ordered.ErrLaterJobRunning)
+}
+
+// eachJob applies op to every job ID on its own, printing op's line or the refusal of each,
+// then a summary; see eachJobHelp. op reports whether it changed the job: one it left as it
+// was (a skip of a job that blocks nothing) is no refusal, and is counted as unchanged.
+func (a *app) eachJob(cmd *cobra.Command, args []string, verb, unchanged string,
+	op func(*ordered.Client, int64) (line string, changed bool, err error)) error {
 	ids := make([]int64, len(args))
 	for i, s := range args {
 		id, err := strconv.ParseInt(s, 10, 64)
@@ -208,12 +245,35 @@ func (a *app) eachJob(cmd *cobra.Command, args []string, verb string, op func(*o
 		return err
 	}
 	defer pool.Close()
-	for _, id := range ids {
-		if err := op(client, id); err != nil {
-			return err
+	var done, kept int
+	var refusedIDs []string
+	summary := func() string {
+		s := fmt.Sprintf("%s %d of %d jobs", verb, done, len(ids))
+		if kept > 0 {
+			s += fmt.Sprintf("; %d %s", kept, unchanged)
 		}
-		fmt.Fprintf(a.stdout, "%s job %d\n", verb, id)
+		return s
 	}
+	for _, id := range ids {
+		line, changed, err := op(client, id)
+		switch {
+		case err == nil && changed:
+			done++
+			fmt.Fprintln(a.stdout, line)
+		case err == nil:
+			kept++
+			fmt.Fprintln(a.stdout, line)
+		case refused(err):
+			refusedIDs = append(refusedIDs, strconv.FormatInt(id, 10))
+			fmt.Fprintf(a.stdout, "refused: %s\n", strings.TrimPrefix(err.Error(), "ordered: "))
+		default:
+			return fmt.Errorf("%s, then job %d: %w", summary(), id, err)
+		}
+	}
+	if len(refusedIDs) > 0 {
+		return fmt.Errorf("%s; refused: %s", summary(), strings.Join(refusedIDs, ", "))
+	}
+	fmt.Fprintln(a.stdout, summary())
 	return nil
 }
 

@@ -281,13 +281,17 @@ func TestGoldenReplaySkip(t *testing.T) {
 		return r
 	}
 
-	requireOneLineError(t, step("replay", "1"))    // done, not failed
-	requireOneLineError(t, step("replay", "x"))    // not an ID
-	requireOneLineError(t, step("skip", "0"))      // not an ID
-	requireOneLineError(t, step("skip", "99"))     // no such job
-	require.Zero(t, step("skip", "2").code)        // releases cust-1 past its blocked seq 2
-	require.Zero(t, step("skip", "2").code)        // skipping a failed job again is a no-op
-	requireOneLineError(t, step("skip", "2", "3")) // job 3 is queued: stops there, after job 2
+	// Each ID is done on its own: one line each, a summary, non-zero when any was refused.
+	requireOneLineError(t, step("replay", "1")) // done, not failed
+	requireOneLineError(t, step("replay", "x")) // not an ID
+	requireOneLineError(t, step("skip", "0"))   // not an ID
+	requireOneLineError(t, step("skip", "99"))  // no such job
+	require.Zero(t, step("skip", "2").code)     // releases cust-1 past its blocked seq 2
+	require.Zero(t, step("skip", "2").code)     // skipping it again blocks nothing, says so
+	r := step("skip", "4")                      // failed under the skip policy: blocks nothing, and says so
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "job 4 blocks nothing: its key had moved on already; left as it is\nskipped 0 of 1 jobs; 1 blocked nothing\n", r.stdout)
+	requireOneLineError(t, step("skip", "3", "2")) // job 3 is queued: refused; job 2 is still done
 	require.Equal(t, []string{
 		"cust-1/1 done attempts=1", "cust-1/2 failed attempts=1", "cust-1/3 queued attempts=0",
 		"cust-2/1 failed attempts=1", "cust-2/2 queued attempts=0",
@@ -295,12 +299,15 @@ func TestGoldenReplaySkip(t *testing.T) {
 	}, jobStates(t, q.Pool))
 
 	// cust-1/3 runs after the skip (and cust-4/1's expired lease is recovered); replaying
-	// seq 2 now would run it out of order.
+	// seq 2 now would run it out of order: refused, and the IDs after it still go. cust-2/2
+	// has not started: replaying cust-2/1 keeps the order.
 	require.NoError(t, block.Complete(ctx, claimIDs(t, block, 3, 7)[3]))
-	requireOneLineError(t, step("replay", "2"))
+	r = step("replay", "2", "4", "99")
+	requireOneLineError(t, r)
+	require.Contains(t, r.stdout, "replayed job 4\n")
+	require.Equal(t, "cust-2/1 queued attempts=0", jobStates(t, q.Pool)[3])
 	require.Zero(t, step("replay", "--force", "2").code)
-	// cust-2/2 has not started: replaying cust-2/1 keeps the order. Job 1 is not failed: stop.
-	requireOneLineError(t, step("replay", "4", "1"))
+	requireOneLineError(t, step("replay", "4", "1")) // both refused: 4 is queued now, 1 is done
 	require.Equal(t, []string{
 		"cust-1/1 done attempts=1", "cust-1/2 queued attempts=0", "cust-1/3 done attempts=1",
 		"cust-2/1 queued attempts=0", "cust-2/2 queued attempts=0",

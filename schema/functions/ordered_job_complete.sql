@@ -1,7 +1,16 @@
--- ordered_job_complete completes one claim: a batch of one of ordered_jobs_complete.
-CREATE OR REPLACE FUNCTION ordered_job_complete(p_id bigint, p_version bigint) RETURNS boolean
-LANGUAGE sql
+-- ordered_job_complete completes one claim inside the caller's transaction (CompleteTx): one
+-- call of ordered_jobs_complete. When the claim is no longer current it raises ORD06, so the
+-- transaction is aborted: an effect written beside the completion can never commit without
+-- it, even when the caller ignores the error and commits (PostgreSQL answers that COMMIT with
+-- a ROLLBACK).
+CREATE OR REPLACE FUNCTION ordered_job_complete(p_id bigint, p_version bigint) RETURNS void
+LANGUAGE plpgsql
 AS $$
-    SELECT EXISTS (SELECT 1 FROM ordered_jobs_complete(ARRAY[p_id], ARRAY[p_version]) AS c
-                   WHERE c.completed)
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM ordered_jobs_complete(ARRAY[p_id], ARRAY[p_version]) AS c
+                   WHERE c.completed) THEN
+        RAISE EXCEPTION 'ordered: lease lost: claim % of job % is no longer current (its lease expired or the job was claimed again)',
+            p_version, p_id USING ERRCODE = 'ORD06';
+    END IF;
+END
 $$;

@@ -12,10 +12,7 @@ DECLARE
     v_seq bigint;
 BEGIN
     SELECT o_key, o_seq INTO v_key, v_seq FROM ordered_job_lock_key(p_id, true);
-    IF NOT EXISTS (SELECT 1 FROM ordered_jobs
-                   WHERE id = p_id AND status IN ('failed', 'blocked')) THEN
-        RAISE EXCEPTION 'ordered: job % is not a failed job', p_id USING ERRCODE = 'ORD04';
-    END IF;
+    PERFORM ordered_job_require_failed(p_id);
     -- Claims, retries and give-backs do not wait for the key row: lock the key's first later
     -- open job, the only one of them that can be claimed or retried (it is the head, unless
     -- this job is), so that the checks below stay true until this transaction ends.

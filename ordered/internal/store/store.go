@@ -29,6 +29,7 @@ var (
 	jobBatchOutcomeSQL    = query("job_batch_outcome.sql")
 	jobClaimManySQL       = query("job_claim_many.sql")
 	jobCompleteManySQL    = query("job_complete_many.sql")
+	jobCompleteOrAbortSQL = query("job_complete_or_abort.sql")
 	jobEnqueueJSONSQL     = query("job_enqueue_json.sql")
 	jobEnqueueManySQL     = query("job_enqueue_many.sql")
 	jobExhaustedListSQL   = query("job_exhausted_list.sql")
@@ -140,6 +141,13 @@ func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLi
 		return nil, nil, err
 	}
 	return scanCompletion(rows)
+}
+
+// JobCompleteOrAbort completes the claim (id, version) in the transaction db; a claim that is no
+// longer current fails with SQLSTATE ORD06 and aborts the transaction.
+func JobCompleteOrAbort(ctx context.Context, db DBTX, id, version int64) error {
+	_, err := db.Exec(ctx, jobCompleteOrAbortSQL, id, version)
+	return err
 }
 
 // JobBatchOutcome finds what became of a completion batch of the claims (ids[i], versions[i])
@@ -265,10 +273,11 @@ func JobReplay(ctx context.Context, db DBTX, id int64, force bool) error {
 	return err
 }
 
-// JobSkip releases the key blocked by a failed job.
-func JobSkip(ctx context.Context, db DBTX, id int64) error {
-	_, err := db.Exec(ctx, jobSkipSQL, id)
-	return err
+// JobSkip releases the key blocked by a failed job; released is false if the job blocked
+// nothing.
+func JobSkip(ctx context.Context, db DBTX, id int64) (released bool, err error) {
+	err = db.QueryRow(ctx, jobSkipSQL, id).Scan(&released)
+	return released, err
 }
 
 // FailedJob is a row returned by JobFailedList.
