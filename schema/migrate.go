@@ -3,6 +3,7 @@ package schema
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
@@ -59,7 +60,13 @@ const (
 	// database migrate independently.
 	migrateLockSQL = `SELECT pg_advisory_xact_lock(hashtext('ordered.migrate.' || current_schema()))`
 
-	migrationsTableSQL = `CREATE TABLE IF NOT EXISTS ordered_migrations (
+	// Whether the current schema has the migrations table: CREATE TABLE IF NOT EXISTS needs the
+	// CREATE privilege even when the table exists, and a role without it may check for updates.
+	migrationsTableExistsSQL = `SELECT EXISTS (SELECT FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relname = 'ordered_migrations' AND n.nspname = current_schema())`
+
+	migrationsTableSQL = `CREATE TABLE ordered_migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
@@ -72,6 +79,9 @@ const (
 
 // Migrate applies every embedded migration not yet recorded, in one transaction, and returns
 // the versions it applied (none when the schema is current). It is safe to run concurrently.
+// On a current schema it creates nothing, so a role without the CREATE privilege may run it.
+// A database that has migrations this binary does not know is an error wrapping
+// ErrSchemaNewer.
 func Migrate(ctx context.Context, conn Conn) ([]int, error) {
 	return migrateTo(ctx, conn, math.MaxInt)
 }
@@ -91,8 +101,14 @@ func migrateTo(ctx context.Context, conn Conn, last int) ([]int, error) {
 	if _, err := tx.Exec(ctx, migrateLockSQL); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: lock: %w", err)
 	}
-	if _, err := tx.Exec(ctx, migrationsTableSQL); err != nil {
+	var exists bool
+	if err := tx.QueryRow(ctx, migrationsTableExistsSQL).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, migrationsTableSQL); err != nil {
+			return nil, fmt.Errorf("ordered: migrate: %w", err)
+		}
 	}
 	rows, err := tx.Query(ctx, appliedVersionsSQL)
 	if err != nil {
@@ -101,6 +117,9 @@ func migrateTo(ctx context.Context, conn Conn, last int) ([]int, error) {
 	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	if err := compare(ms, applied); errors.Is(err, ErrSchemaNewer) {
+		return nil, err
 	}
 	done := make(map[int]bool, len(applied))
 	for _, v := range applied {
