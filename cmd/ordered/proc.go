@@ -41,20 +41,28 @@ type workerSetup struct {
 }
 
 // runWorker runs a worker until SIGINT or SIGTERM, then drains it: no new jobs, running ones
-// finish. A second signal stops it at once, releasing the running jobs for a retry.
+// finish. A second signal stops it at once, releasing the running jobs for a retry. A signal
+// while it connects or starts is a clean stop too: nothing ran, and it returns nil.
 func (a *app) runWorker(ctx context.Context, s workerSetup) error {
-	// Catch signals before anything starts, so none is lost.
+	// Catch signals before anything starts, so none is lost. ctx is cancelled by the first
+	// one too (see run): connecting and starting give up at once.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	ctx = context.WithoutCancel(ctx)
 	cfg := s.client
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, nil))
 	}
+	stoppedEarly := func() error {
+		cfg.Logger.Info("ordered: stopped by a signal before the worker started")
+		return nil
+	}
 	client, pool, err := a.client(ctx, &cfg, int32(max(s.worker.Workers, 1))+4)
 	if err != nil {
+		if ctx.Err() != nil {
+			return stoppedEarly()
+		}
 		return err
 	}
 	defer pool.Close()
@@ -70,20 +78,25 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 		defer cleanup()
 	}
 	if err := w.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return stoppedEarly()
+		}
 		return err
 	}
 	cfg.Logger.Info("ordered: worker started", "workers", s.worker.Workers, "lease", client.Config().Lease)
 
 	<-sigs
 	cfg.Logger.Info("ordered: draining; signal again to stop at once")
+	// ctx ends with the first signal; stopping needs a context of its own.
+	stopCtx := context.WithoutCancel(ctx)
 	stopped := make(chan error, 1)
-	go func() { stopped <- w.Stop(ctx) }()
+	go func() { stopped <- w.Stop(stopCtx) }()
 	select {
 	case err := <-stopped:
 		return err
 	case <-sigs:
 		cfg.Logger.Info("ordered: stopping at once; running jobs go back to the queue, their attempts not counted")
-		return w.StopAndCancel(ctx)
+		return w.StopAndCancel(stopCtx)
 	}
 }
 
