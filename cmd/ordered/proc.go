@@ -35,9 +35,17 @@ type workerSetup struct {
 	worker ordered.WorkerConfig
 	// handler builds the handler; it may use the worker's pool.
 	handler func(pool *pgxpool.Pool) ordered.Handler
-	// started, if set, runs once the worker is built (to serve metrics, say); the function it
-	// returns runs when the process stops.
-	started func(w *ordered.Worker) (func(), error)
+	// started, if set, runs once the worker is built, before it starts (to serve metrics and
+	// health, say); the function it returns runs when the process stops.
+	started func(r workerRun) (func(), error)
+}
+
+// workerRun is a worker process as its started hook sees it.
+type workerRun struct {
+	worker *ordered.Worker
+	pool   *pgxpool.Pool
+	// running is closed once the worker has started; draining at the first stop signal.
+	running, draining <-chan struct{}
 }
 
 // runWorker runs a worker until SIGINT or SIGTERM, then drains it: no new jobs, running ones
@@ -70,8 +78,9 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	if err != nil {
 		return err
 	}
+	running, draining := make(chan struct{}), make(chan struct{})
 	if s.started != nil {
-		cleanup, err := s.started(w)
+		cleanup, err := s.started(workerRun{worker: w, pool: pool, running: running, draining: draining})
 		if err != nil {
 			return err
 		}
@@ -83,9 +92,11 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 		}
 		return err
 	}
+	close(running)
 	cfg.Logger.Info("ordered: worker started", "workers", s.worker.Workers, "lease", client.Config().Lease)
 
 	<-sigs
+	close(draining)
 	cfg.Logger.Info("ordered: draining; signal again to stop at once")
 	// ctx ends with the first signal; stopping needs a context of its own.
 	stopCtx := context.WithoutCancel(ctx)

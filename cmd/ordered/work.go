@@ -2,16 +2,12 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/orderedq/ordered/ordered"
@@ -60,15 +56,15 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 					Workers: workers, PollInterval: poll, PollOnly: pollOnly, Registerer: reg, MaxAttempts: maxAttempts,
 				},
 				handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(command, a) },
-				started: func(w *ordered.Worker) (func(), error) {
+				started: func(r workerRun) (func(), error) {
 					if metricsAddr == "" {
 						return func() {}, nil
 					}
-					srv, err := serveMetrics(metricsAddr, reg, w)
+					srv, err := serveMetrics(metricsAddr, reg, r)
 					if err != nil {
 						return nil, err
 					}
-					logger.Info("ordered: serving /metrics and /healthz", "addr", metricsAddr)
+					logger.Info("ordered: serving /metrics, /healthz and /readyz", "addr", metricsAddr)
 					return func() { srv.Close() }, nil
 				},
 			})
@@ -82,27 +78,6 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 	f.StringVar(&policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
 	f.DurationVar(&poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN (for transaction-mode poolers)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address")
+	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	return cmd
 }
-
-func serveMetrics(addr string, reg *prometheus.Registry, w *ordered.Worker) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-w.Stopped():
-			http.Error(rw, "stopped", http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(rw, "ok")
-		}
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return srv, nil
-}
-
