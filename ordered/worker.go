@@ -18,6 +18,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/orderedq/ordered/policy"
+	"github.com/orderedq/ordered/schema"
 )
 
 // ErrWorkerStopped is the cause of a handler's cancelled context when its worker stops with
@@ -166,7 +167,9 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 }
 
 // Start starts fetching and running jobs, and returns. ctx serves the start-up only; stop the
-// worker with Stop or StopAndCancel. A worker starts once, and not after Stop.
+// worker with Stop or StopAndCancel. A worker starts once, and not after Stop. A database
+// that is not migrated to this version fails Start with an error wrapping
+// schema.ErrNotMigrated (or schema.ErrSchemaNewer, if a newer version migrated it).
 func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle.Lock()
 	switch {
@@ -181,20 +184,21 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle.Unlock()
 
 	// Outside the lock: a Stop meanwhile returns when its ctx ends, not when this query does.
-	var schema string
-	err := w.client.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema)
+	// The query also checks that the schema is migrated, so that a worker on an unmigrated
+	// database fails here, not at every claim.
+	current, err := schema.CurrentSchema(ctx, w.client.pool)
 
 	w.lifecycle.Lock()
 	defer w.lifecycle.Unlock()
 	switch {
 	case err != nil:
 		close(w.stopped)
-		return fmt.Errorf("ordered: start worker: %w", err)
+		return err
 	case w.stopping:
 		close(w.stopped)
 		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
 	}
-	w.schema = schema
+	w.schema = current
 	base := context.WithoutCancel(ctx)
 	w.fetchCtx, w.fetchCancel = context.WithCancel(base)
 	w.workCtx, w.workCancel = context.WithCancelCause(base)

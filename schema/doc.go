@@ -14,6 +14,12 @@
 // the same database at once (one applies, the others wait and then find nothing to do), and
 // workers running meanwhile see the old definitions or the new ones, never a mix.
 //
+// Check tells in one round trip whether a database is exactly what this binary embeds:
+// ErrNotMigrated when migrations or functions are missing or differ, ErrSchemaNewer when a newer
+// version migrated it. Worker.Start and the CLI's queue commands call it before anything else.
+// Run Migrate from the newest binary: a function file's checksum says that it changed, not which
+// text is newer.
+//
 // Objects are created unqualified, in the first schema of the connection's search_path, so a
 // queue can live in any schema (the tests give every test its own).
 package schema

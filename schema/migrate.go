@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -102,13 +103,19 @@ const (
 	// database migrate independently.
 	migrateLockSQL = `SELECT pg_advisory_xact_lock(hashtext('ordered.migrate.' || current_schema()))`
 
-	migrationsTableSQL = `CREATE TABLE IF NOT EXISTS ordered_migrations (
+	// Which of the migrator's tables the current schema has: CREATE TABLE IF NOT EXISTS needs
+	// the CREATE privilege even when the table exists, and a role without it may check for
+	// updates.
+	migratorTablesSQL = `SELECT to_regclass('ordered_migrations') IS NOT NULL,
+       to_regclass('ordered_functions') IS NOT NULL`
+
+	migrationsTableSQL = `CREATE TABLE ordered_migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )`
 
-	functionsTableSQL = `CREATE TABLE IF NOT EXISTS ordered_functions (
+	functionsTableSQL = `CREATE TABLE ordered_functions (
     name       text        PRIMARY KEY,
     checksum   text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
@@ -130,7 +137,9 @@ ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now(
 // new or whose text changed since it was applied, all in one transaction, and reports what it
 // applied (nothing when the schema is current). It holds an advisory lock while it works, so it
 // is safe to run concurrently, and safe while workers run: they see the old definitions or the
-// new ones, never a mix.
+// new ones, never a mix. On a current schema it writes nothing, so a role without the CREATE
+// privilege may run it. A database that has migrations this binary does not know is an error
+// wrapping ErrSchemaNewer.
 func Migrate(ctx context.Context, conn Conn) (*Applied, error) {
 	return migrate(ctx, conn, files)
 }
@@ -151,8 +160,21 @@ func migrate(ctx context.Context, conn Conn, fsys fs.FS) (*Applied, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 
-	for _, sql := range []string{migrateLockSQL, migrationsTableSQL, functionsTableSQL} {
-		if _, err := tx.Exec(ctx, sql); err != nil {
+	if _, err := tx.Exec(ctx, migrateLockSQL); err != nil {
+		return nil, fmt.Errorf("ordered: migrate: lock: %w", err)
+	}
+	var haveMigrations, haveFunctions bool
+	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&haveMigrations, &haveFunctions); err != nil {
+		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	for _, t := range []struct {
+		have bool
+		sql  string
+	}{{haveMigrations, migrationsTableSQL}, {haveFunctions, functionsTableSQL}} {
+		if t.have {
+			continue
+		}
+		if _, err := tx.Exec(ctx, t.sql); err != nil {
 			return nil, fmt.Errorf("ordered: migrate: %w", err)
 		}
 	}
@@ -178,6 +200,9 @@ func applyMigrations(ctx context.Context, tx pgx.Tx, ms []Migration) ([]int, err
 	done, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	if err := compareVersions(ms, done); errors.Is(err, ErrSchemaNewer) {
+		return nil, err
 	}
 	var versions []int
 	for _, m := range ms {
@@ -213,11 +238,19 @@ func applyFunctions(ctx context.Context, tx pgx.Tx, fns []Function) ([]string, e
 	}
 	var changed []Function
 	names := make([]string, len(fns))
+	gone := len(recorded)
 	for i, f := range fns {
 		names[i] = f.Name
-		if recorded[f.Name] != f.Checksum {
-			changed = append(changed, f)
+		if sum, ok := recorded[f.Name]; ok {
+			gone--
+			if sum == f.Checksum {
+				continue
+			}
 		}
+		changed = append(changed, f)
+	}
+	if len(changed) == 0 && gone == 0 {
+		return nil, nil
 	}
 	for _, check := range []string{bodiesUncheckedSQL, bodiesCheckedSQL} {
 		if _, err := tx.Exec(ctx, check); err != nil {
@@ -236,8 +269,10 @@ func applyFunctions(ctx context.Context, tx pgx.Tx, fns []Function) ([]string, e
 		}
 		applied[i] = f.Name
 	}
-	if _, err := tx.Exec(ctx, forgetFunctionsSQL, names); err != nil {
-		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	if gone > 0 {
+		if _, err := tx.Exec(ctx, forgetFunctionsSQL, names); err != nil {
+			return nil, fmt.Errorf("ordered: migrate: %w", err)
+		}
 	}
 	return applied, nil
 }

@@ -52,7 +52,10 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Long: `ordered runs a per-key ordered event queue in PostgreSQL: the events of one key run one
 at a time, in sequence order, while different keys run in parallel.
 
-The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHOST, ...).`,
+The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHOST, ...).
+A connection attempt gives up after ` + connectTimeoutDefault.String() + ` unless the URL's connect_timeout (seconds; 0 waits
+forever) or PGCONNECT_TIMEOUT sets another limit. The queue's commands need its schema
+migrated to this version: run ordered migrate first.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

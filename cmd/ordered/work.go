@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/orderedq/ordered/ordered"
@@ -82,15 +79,15 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 					StopGrace: killGrace,
 				},
 				handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
-				started: func(w *ordered.Worker) (func(), error) {
+				started: func(r workerRun) (func(), error) {
 					if metricsAddr == "" {
 						return func() {}, nil
 					}
-					srv, err := serveMetrics(metricsAddr, reg, w)
+					srv, err := serveMetrics(metricsAddr, reg, r)
 					if err != nil {
 						return nil, err
 					}
-					logger.Info("ordered: serving /metrics and /healthz", "addr", metricsAddr)
+					logger.Info("ordered: serving /metrics, /healthz and /readyz", "addr", metricsAddr)
 					return func() { srv.Close() }, nil
 				},
 			})
@@ -104,7 +101,7 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 	f.StringVar(&policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
 	f.DurationVar(&poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
 	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN (for transaction-mode poolers)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address")
+	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.DurationVar(&killGrace, "kill-grace", 0, "how long COMMAND's processes get between SIGTERM and SIGKILL (at most --lease/2; default 5s or --lease/6, whichever is shorter)")
 	f.BoolVar(&databaseEnv, "exec-database-env", false, "give COMMAND the worker's DATABASE_URL (--database-url when set) and PG* variables")
 	return cmd
@@ -130,24 +127,4 @@ func validateWorkFlags(command string, workers int, lease time.Duration, maxAtte
 		return fmt.Errorf("--kill-grace %v is too long for --lease %v: it must be at most half of it", killGrace, lease)
 	}
 	return nil
-}
-
-func serveMetrics(addr string, reg *prometheus.Registry, w *ordered.Worker) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-w.Stopped():
-			http.Error(rw, "stopped", http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(rw, "ok")
-		}
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return srv, nil
 }
