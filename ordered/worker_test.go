@@ -577,6 +577,34 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 	require.False(t, again)
 }
 
+// A key's next job that a completion claims after waiting for the key longer than the lease
+// (counted, by the worker's clock, from when the completion was sent) has its lease renewed
+// before it runs, rather than be given back for a lease the worker cannot vouch for: it runs
+// on the claim the completion made.
+func TestWorkerRenewsANextJobWhoseClaimAnsweredLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const lease = 2 * time.Second
+	c := b.newClient(t, &ordered.Config{Lease: lease})
+	ids := b.enqueue(t, "k", 1, 2)
+	tx := b.holdKeys(t, c, 3, "k")
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, c, ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, Registerer: reg})
+	waitFor(t, 10*time.Second, "k/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+	waitFor(t, 60*time.Second, "the completion waiting past k/1's lease", func() bool {
+		return b.outlivedLeases(t, ids[0], 1, lease)
+	})
+	require.NoError(t, tx.Commit(b.ctx))
+	waitFor(t, 10*time.Second, "k/2 done", func() bool { return b.jobStatus(t, ids[1]) == "done" })
+	var version int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT claim_version FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&version))
+	require.Equal(t, int64(1), version, "k/2 was given back and claimed again")
+	require.Zero(t, metricValue(t, reg, "ordered_lost_ownership_total"))
+}
+
 // A worker goes on with a key without a claim of its own: each completion claims, in the same
 // statement, the job it made ready, for the slot it freed. Order holds, and a key's backlog
 // drains with about one statement per job.
