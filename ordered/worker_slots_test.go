@@ -127,8 +127,8 @@ func TestWorkerRunsAtMostWorkersHandlers(t *testing.T) {
 
 // parkNextJob makes key a's next job (id a2) wait for the only slot of a running worker:
 // a/1's completion waits for tx, b/1 (enqueued here) takes the slot, and its handler signals
-// bRunning and holds on; then tx commits, and a/1's completion claims a/2. The worker's
-// handler must call slowerThanAClaim, or a/2 may count as claimed ahead and go back.
+// bRunning and holds on; then tx commits, and a/1's completion claims a/2. The worker must not
+// prefetch (startSlowWorker), or a/2 may count as claimed ahead and go back.
 func (b *testBundle) parkNextJob(t *testing.T, tx pgx.Tx, bRunning <-chan struct{}, a2 int64) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "a/1's completion waiting for the key", func() bool {
@@ -138,6 +138,24 @@ func (b *testBundle) parkNextJob(t *testing.T, tx pgx.Tx, bRunning <-chan struct
 	<-bRunning
 	require.NoError(t, tx.Commit(b.ctx))
 	waitFor(t, 10*time.Second, "a/2 claimed", func() bool { return b.jobStatus(t, a2) == "running" })
+}
+
+// startSlowWorker is startWorker for a worker that takes its handlers for slower than a claim
+// however quick they are (ordered.AssumeSlowHandlers), so that it never prefetches: a next
+// job that a completion claims for it is not one claimed ahead, which would go back to the
+// queue if it waited long for a slot.
+func startSlowWorker(t *testing.T, b *testBundle, c *ordered.Client, h ordered.Handler, cfg *ordered.WorkerConfig) *ordered.Worker {
+	t.Helper()
+	w, err := c.NewWorker(h, cfg)
+	require.NoError(t, err)
+	ordered.AssumeSlowHandlers(w)
+	require.NoError(t, w.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.StopAndCancel(ctx))
+	})
+	return w
 }
 
 // A failure keeps its slot until it is settled: a worker whose failures wait at the database
@@ -238,18 +256,20 @@ func TestWorkerWakeUpWhileFullIsNotLost(t *testing.T) {
 func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	// Short enough to outlive twice within the test, long enough that renewals a few hundred
+	// milliseconds late on a loaded machine still keep it.
+	const lease = 3 * time.Second
+	c := b.newClient(t, &ordered.Config{Lease: lease})
 	ids := b.enqueue(t, "a", 1, 2)
 	tx := b.holdKeys(t, c, 3, "a")
 	bRunning := make(chan struct{})
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var ran []string
-	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+	startSlowWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
 		mu.Lock()
 		ran = append(ran, fmt.Sprintf("%s/%d#%d", j.Key, j.Seq, j.Attempt))
 		mu.Unlock()
-		slowerThanAClaim(j)
 		if j.Key == "b" {
 			close(bRunning)
 			<-release
@@ -258,13 +278,14 @@ func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
 	b.parkNextJob(t, tx, bRunning, ids[1])
 
-	other := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
-	for deadline := time.Now().Add(1800 * time.Millisecond); time.Now().Before(deadline); {
+	other := b.newClient(t, &ordered.Config{Lease: lease})
+	waitFor(t, 60*time.Second, "a/2 waiting for twice its lease", func() bool {
 		jobs, err := other.Claim(b.ctx, 10)
 		require.NoError(t, err)
 		require.Empty(t, jobs, "another client took %v: a/2's lease lapsed while it waited", describe(jobs))
-		time.Sleep(50 * time.Millisecond)
-	}
+		return b.outlivedLeases(t, ids[1], 2, lease)
+	})
+	require.Equal(t, "running", b.jobStatus(t, ids[1]))
 	close(release)
 	waitFor(t, 10*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == 4 })
 	mu.Lock()
@@ -281,7 +302,6 @@ func (b *testBundle) parkedWorker(t *testing.T, release <-chan struct{}) (w *ord
 	bRunning := make(chan struct{})
 	ranA2 = new(atomic.Bool)
 	w, err := b.client.NewWorker(ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
-		slowerThanAClaim(j)
 		if j.Key == "b" {
 			close(bRunning)
 			select {
@@ -296,18 +316,10 @@ func (b *testBundle) parkedWorker(t *testing.T, release <-chan struct{}) (w *ord
 		return nil
 	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
+	ordered.AssumeSlowHandlers(w)
 	require.NoError(t, w.Start(b.ctx))
 	b.parkNextJob(t, tx, bRunning, ids[1])
 	return w, ids[1], ranA2
-}
-
-// slowerThanAClaim makes a/1's handler slower than a claim's round trip, so that the worker
-// does not prefetch when a/1's completion claims a/2: a/2 is not a job claimed ahead, which
-// would go back to the queue if it waited long for a slot.
-func slowerThanAClaim(j *ordered.Job) {
-	if j.Key == "a" && j.Seq == 1 {
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // requireGivenBack checks that job id is queued again with no attempt counted.
@@ -398,19 +410,19 @@ func TestWorkerStopGivesBackJobWaitingForASlot(t *testing.T) {
 	require.Equal(t, "done", bStatus)
 }
 
-// taken.
+// A claimed job whose claim is lost while it waits for a slot never runs: its next renewal
+// finds the claim taken.
 func TestWorkerJobLostWhileWaitingForASlotDoesNotRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	c := b.newClient(t, &ordered.Config{Lease: 3 * time.Second})
 	ids := b.enqueue(t, "a", 1, 2)
 	tx := b.holdKeys(t, c, 3, "a")
 	bRunning := make(chan struct{})
 	release := make(chan struct{})
 	var ranA2, ranC atomic.Int64
 	reg := prometheus.NewRegistry()
-	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
-		slowerThanAClaim(j)
+	startSlowWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
 		switch {
 		case j.Key == "b":
 			close(bRunning)

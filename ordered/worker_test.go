@@ -54,6 +54,16 @@ func (b *testBundle) completionsBlockedBy(t *testing.T, tx pgx.Tx) int {
 	return n
 }
 
+// outlivedLeases reports whether job id was claimed more than n leases ago, by the database's
+// clock: a lease it had not renewed would have run out by then.
+func (b *testBundle) outlivedLeases(t *testing.T, id int64, n int, lease time.Duration) bool {
+	t.Helper()
+	var outlived bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp() > attempted_at + $2 * $3::interval
+		FROM ordered_jobs WHERE id = $1`, id, n, lease).Scan(&outlived))
+	return outlived
+}
+
 func (b *testBundle) countStatus(t *testing.T, status string) int {
 	t.Helper()
 	var n int
@@ -146,21 +156,25 @@ func TestWorkerPollOnly(t *testing.T) {
 	}
 }
 
-// A job that runs five times longer than its lease keeps it by heartbeats: one attempt only.
+// A job that runs for twice its lease keeps it by heartbeats: one attempt only.
 func TestWorkerHeartbeatKeepsLongJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	c := b.newClient(t, &ordered.Config{Lease: 300 * time.Millisecond})
+	// Long enough that renewals a few hundred milliseconds late on a loaded machine keep it.
+	const lease = 2 * time.Second
+	c := b.newClient(t, &ordered.Config{Lease: lease})
 	id := b.enqueue(t, "k", 1)[0]
 	var attempts sync.Map
 	startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
 		attempts.Store(j.Attempt, true)
-		select {
-		case <-time.After(1500 * time.Millisecond):
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		for !b.outlivedLeases(t, j.ID, 2, lease) {
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
 		}
+		return nil
 	}), &ordered.WorkerConfig{Workers: 2, PollInterval: 20 * time.Millisecond})
 	waitFor(t, 20*time.Second, "the job done", func() bool { return b.jobStatus(t, id) == "done" })
 	var n int
@@ -174,7 +188,8 @@ func TestWorkerHeartbeatKeepsLongJob(t *testing.T) {
 func TestWorkerLostLeaseCancelsHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	// The next renewal, within a second, finds the claim lost, long before the lease's end.
+	c := b.newClient(t, &ordered.Config{Lease: 3 * time.Second})
 	reg := prometheus.NewRegistry()
 	id := b.enqueue(t, "k", 1)[0]
 	running := make(chan struct{})
@@ -362,7 +377,8 @@ func TestWorkerFailedStartIsStopped(t *testing.T) {
 
 func TestWorkerHandlerOutcomes(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	// The retried jobs wait an hour: none is claimed again while the metrics are read.
+	b := setup(t, &ordered.Config{Backoff: policy.Exponential{Base: time.Hour}})
 	reg := prometheus.NewRegistry()
 	ids := map[string]int64{}
 	for _, key := range []string{"ok", "permanent", "later", "panic"} {
@@ -528,7 +544,8 @@ func TestWorkerMaxAttemptsCapsJobs(t *testing.T) {
 func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	c := b.newClient(t, &ordered.Config{Lease: 600 * time.Millisecond})
+	const lease = 3 * time.Second
+	c := b.newClient(t, &ordered.Config{Lease: lease})
 	id := b.enqueue(t, "k", 1)[0]
 
 	// An enqueue of the same key stays open: the completion must wait for it.
@@ -546,7 +563,10 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 	waitFor(t, 10*time.Second, "the completion waiting for the key", func() bool {
 		return b.completionsBlockedBy(t, tx) > 0
 	})
-	time.Sleep(1500 * time.Millisecond) // well past the 600 ms lease: what is under test is that it stays renewed
+	waitFor(t, 60*time.Second, "the completion waiting for twice the lease", func() bool {
+		return b.outlivedLeases(t, id, 2, lease)
+	})
+	require.Positive(t, b.completionsBlockedBy(t, tx), "the completion stopped waiting")
 	require.NoError(t, tx.Commit(b.ctx))
 
 	waitFor(t, 10*time.Second, "k/1 done", func() bool { return b.jobStatus(t, id) == "done" })
@@ -555,6 +575,34 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 	require.Equal(t, 1, attempts, "the job was run again: its lease lapsed while its completion waited")
 	_, again := runs.Load(2)
 	require.False(t, again)
+}
+
+// A key's next job that a completion claims after waiting for the key longer than the lease
+// (counted, by the worker's clock, from when the completion was sent) has its lease renewed
+// before it runs, rather than be given back for a lease the worker cannot vouch for: it runs
+// on the claim the completion made.
+func TestWorkerRenewsANextJobWhoseClaimAnsweredLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const lease = 2 * time.Second
+	c := b.newClient(t, &ordered.Config{Lease: lease})
+	ids := b.enqueue(t, "k", 1, 2)
+	tx := b.holdKeys(t, c, 3, "k")
+	reg := prometheus.NewRegistry()
+	startWorker(t, b, c, ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, Registerer: reg})
+	waitFor(t, 10*time.Second, "k/1's completion waiting for the key", func() bool {
+		return b.completionsBlockedBy(t, tx) > 0
+	})
+	waitFor(t, 60*time.Second, "the completion waiting past k/1's lease", func() bool {
+		return b.outlivedLeases(t, ids[0], 1, lease)
+	})
+	require.NoError(t, tx.Commit(b.ctx))
+	waitFor(t, 10*time.Second, "k/2 done", func() bool { return b.jobStatus(t, ids[1]) == "done" })
+	var version int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT claim_version FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&version))
+	require.Equal(t, int64(1), version, "k/2 was given back and claimed again")
+	require.Zero(t, metricValue(t, reg, "ordered_lost_ownership_total"))
 }
 
 // A worker goes on with a key without a claim of its own: each completion claims, in the same

@@ -1,0 +1,113 @@
+package faultproxy_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/orderedq/ordered/internal/faultproxy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echoServer echoes every connection until the test ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = l.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	_, err := c.Write([]byte(msg))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got := make([]byte, len(msg))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.Equal(t, msg, string(got))
+}
+
+// requireSilent checks that nothing arrives on c, and that c is not closed, for a while.
+func requireSilent(t *testing.T, c net.Conn) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
+	n, err := c.Read(make([]byte, 1))
+	require.Zero(t, n, "data passed the blackhole")
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the connection did not stay open")
+}
+
+// A blackholed proxy forwards nothing either way and closes nothing, for connections it held
+// and ones it accepts meanwhile; healed, it delivers what it held and forwards again.
+func TestBlackholeHoldsTrafficUntilHeal(t *testing.T) {
+	p, err := faultproxy.New(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+
+	before, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer before.Close()
+	roundTrip(t, before, "hello")
+
+	p.Blackhole()
+	_, err = before.Write([]byte("held"))
+	require.NoError(t, err)
+	requireSilent(t, before)
+	during, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer during.Close()
+	_, err = during.Write([]byte("late"))
+	require.NoError(t, err)
+	requireSilent(t, during)
+
+	p.Heal()
+	require.NoError(t, before.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got := make([]byte, 4)
+	_, err = io.ReadFull(before, got)
+	require.NoError(t, err)
+	require.Equal(t, "held", string(got))
+	require.NoError(t, during.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.ReadFull(during, got)
+	require.NoError(t, err)
+	require.Equal(t, "late", string(got))
+	roundTrip(t, before, "again")
+}
+
+// Close ends every connection.
+func TestCloseEndsConnections(t *testing.T) {
+	p, err := faultproxy.New(echoServer(t))
+	require.NoError(t, err)
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	roundTrip(t, c, "x")
+	p.Blackhole()
+	require.NoError(t, p.Close())
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	require.True(t, errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err), "got %v", err)
+}
+
+func isReset(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && !op.Timeout()
+}
