@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/orderedq/ordered/ordered"
@@ -96,9 +97,9 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string) error {
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 	total, added, dups := 0, 0, 0
 	for len(events) > 0 {
-		res, err := sendChunk(ctx, client, tx, events)
+		res, err := client.EnqueueManyTx(ctx, tx, events)
 		if err != nil {
-			return lineError(name, err, lines, events)
+			return lineError(name, traceError(ctx, client, pool, tx, events, err), lines, events)
 		}
 		for _, r := range res {
 			if r.Duplicate {
@@ -316,24 +317,25 @@ func truncateBytes(b []byte, n int) string {
 	return string(b[:n]) + "..."
 }
 
-// sendChunk enqueues events inside tx, under a savepoint: a database error that names no event
-// can then be traced to the event that raised it (see locate).
-func sendChunk(ctx context.Context, client *ordered.Client, tx pgx.Tx, events []ordered.Event) ([]ordered.EnqueueResult, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, err
+// traceError traces err, an error of enqueuing events in tx that names no event, to the event
+// that raised it when it is about one event's data (a cast, a limit, such as a number beyond
+// PostgreSQL's numeric): tx is rolled back, then locate retries the events in a transaction of
+// its own, rolled back too. Such an error does not depend on the events of earlier chunks,
+// which that transaction no longer holds; err is returned as it is when no event raises one.
+func traceError(ctx context.Context, client *ordered.Client, pool *pgxpool.Pool, tx pgx.Tx,
+	events []ordered.Event, err error) error {
+	if !isDataError(err) || tx.Rollback(ctx) != nil {
+		return err
 	}
-	res, err := client.EnqueueManyTx(ctx, sp, events)
-	if err == nil {
-		return res, sp.Commit(ctx)
+	trace, beginErr := pool.Begin(ctx)
+	if beginErr != nil {
+		return err
 	}
-	if !isDataError(err) || sp.Rollback(ctx) != nil {
-		return nil, err
+	defer trace.Rollback(ctx) //nolint:errcheck // nothing of it is kept
+	if i, eventErr := locate(ctx, client, trace, events); i >= 0 {
+		return &tracedError{index: i, err: eventErr}
 	}
-	if i, eventErr := locate(ctx, client, tx, events); i >= 0 {
-		return nil, &tracedError{index: i, err: eventErr}
-	}
-	return nil, err
+	return err
 }
 
 // isDataError reports whether err is a database error about the data sent (a data exception, an
@@ -351,8 +353,8 @@ func isDataError(err error) bool {
 }
 
 // locate finds the first of events that fails when enqueued after the ones before it, and its
-// error, by enqueuing halves under savepoints (about log2(len(events)) statements). It returns
-// -1 when no single event fails. What it enqueues is rolled back with tx.
+// error, by enqueuing halves under savepoints of tx (about log2(len(events)) statements). It
+// returns -1 when no single event fails.
 func locate(ctx context.Context, client *ordered.Client, tx pgx.Tx, events []ordered.Event) (int, error) {
 	at := 0
 	for {
