@@ -38,7 +38,7 @@ const maxLineBytes = ordered.MaxPayloadBytesDefault + 64<<10
 var utf8BOM = []byte("\xef\xbb\xbf")
 
 // eventFields are the fields of an event line, named exactly so.
-var eventFields = []string{"key", "seq", "kind", "payload", "run_at", "max_attempts"}
+var eventFields = [...]string{"key", "seq", "kind", "payload", "run_at", "max_attempts"}
 
 func (a *app) enqueueCmd() *cobra.Command {
 	return &cobra.Command{
@@ -101,8 +101,8 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string) error {
 		if err != nil {
 			return lineError(name, traceError(ctx, client, pool, tx, events, err), lines, events)
 		}
-		for _, r := range res {
-			if r.Duplicate {
+		for _, e := range res {
+			if e.Duplicate {
 				dups++
 			} else {
 				added++
@@ -187,17 +187,17 @@ func parseEvent(raw []byte) (ordered.Event, error) {
 	} else if tok != json.Delim('{') {
 		return ordered.Event{}, invalid(errors.New("not an object"))
 	}
-	var values [6]json.RawMessage // by eventFields
+	var values [len(eventFields)]json.RawMessage
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return ordered.Event{}, invalid(err)
 		}
 		name, _ := tok.(string) // inside an object, Token returns names as strings
-		i := slices.Index(eventFields, name)
+		i := slices.Index(eventFields[:], name)
 		switch {
 		case i < 0:
-			return ordered.Event{}, fmt.Errorf("unknown field %q", name)
+			return ordered.Event{}, fmt.Errorf("unknown field %q", truncateBytes([]byte(name), 64))
 		case values[i] != nil:
 			return ordered.Event{}, fmt.Errorf("field %q given twice", name)
 		}
@@ -217,7 +217,7 @@ func parseEvent(raw []byte) (ordered.Event, error) {
 }
 
 // eventOf makes an event of its fields' JSON values, by eventFields; a null is an absent field.
-func eventOf(values [6]json.RawMessage) (ordered.Event, error) {
+func eventOf(values [len(eventFields)]json.RawMessage) (ordered.Event, error) {
 	present := func(v json.RawMessage) bool { return v != nil && string(v) != "null" }
 	key, seq, kind, payload, runAt, maxAttempts := values[0], values[1], values[2], values[3], values[4], values[5]
 	var ev ordered.Event
