@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -223,12 +225,16 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("key", "not valid UTF-8")
 	case strings.ContainsRune(ev.Key, 0):
 		return bad("key", "contains a NUL character, which PostgreSQL cannot store")
+	case hasControl(ev.Key):
+		return bad("key", "contains the control character %U", firstControl(ev.Key))
 	case ev.Seq < 0:
 		return bad("seq", "negative")
 	case !utf8.ValidString(ev.Kind):
 		return bad("kind", "not valid UTF-8")
 	case strings.ContainsRune(ev.Kind, 0):
 		return bad("kind", "contains a NUL character, which PostgreSQL cannot store")
+	case hasControl(ev.Kind):
+		return bad("kind", "contains the control character %U", firstControl(ev.Kind))
 	case len(ev.Kind) > c.cfg.MaxKeyBytes:
 		return bad("kind", "%d bytes, over the limit of %d", len(ev.Kind), c.cfg.MaxKeyBytes)
 	case !ev.RunAt.IsZero() && (ev.RunAt.Year() < 1 || ev.RunAt.Year() > 9999):
@@ -241,29 +247,73 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("payload", "%d bytes, over the limit of %d", len(ev.Payload), c.cfg.MaxPayloadBytes)
 	case len(ev.Payload) > 0 && !json.Valid(ev.Payload):
 		return bad("payload", "not valid JSON")
-	case hasEscapedNUL(ev.Payload):
-		return bad("payload", `contains \u0000, which PostgreSQL's jsonb cannot store`)
+	case !utf8.Valid(ev.Payload):
+		return bad("payload", "not valid UTF-8")
+	}
+	if reason := badEscape(ev.Payload); reason != "" {
+		return bad("payload", "%s", reason)
 	}
 	return nil
 }
 
-// hasEscapedNUL reports whether valid JSON holds the escape \u0000 in a string.
-func hasEscapedNUL(payload []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(payload[i:], []byte(`\u0000`))
+// hasControl reports whether s holds a control character (Unicode's Cc: U+0000 to U+001F and
+// U+007F to U+009F). Keys and kinds are printed by operators' tools, so they hold none: a key
+// cannot move a terminal's cursor or forge a line of output.
+func hasControl(s string) bool { return strings.IndexFunc(s, unicode.IsControl) >= 0 }
+
+// firstControl is the first control character of s, which has one.
+func firstControl(s string) rune {
+	r, _ := utf8.DecodeRuneInString(s[strings.IndexFunc(s, unicode.IsControl):])
+	return r
+}
+
+// badEscape names the first escape of valid JSON that PostgreSQL's jsonb refuses: \u0000, and
+// a UTF-16 surrogate escape that is not a high one followed by a low one (which Go's json.Valid
+// accepts). It returns "" when there is none.
+func badEscape(payload []byte) string {
+	lone := func(r int) string { return fmt.Sprintf(`contains \u%04x, a UTF-16 surrogate without its pair`, r) }
+	for i := bytes.IndexByte(payload, '\\'); i >= 0 && i+1 < len(payload); {
+		next := i + 2
+		if payload[i+1] == 'u' { // valid JSON: four hex digits follow
+			r := hex4(payload[i+2:])
+			next = i + 6
+			switch {
+			case r == 0:
+				return `contains \u0000, which PostgreSQL's jsonb cannot store`
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return lone(r)
+			case r >= 0xD800 && r <= 0xDBFF:
+				if next+6 > len(payload) || payload[next] != '\\' || payload[next+1] != 'u' {
+					return lone(r)
+				}
+				if low := hex4(payload[next+2:]); low < 0xDC00 || low > 0xDFFF {
+					return lone(r)
+				}
+				next += 6
+			}
+		}
+		j := -1
+		if next < len(payload) {
+			j = bytes.IndexByte(payload[next:], '\\')
+		}
 		if j < 0 {
-			return false
+			break
 		}
-		at := i + j
-		backslashes := 0
-		for k := at - 1; k >= 0 && payload[k] == '\\'; k-- {
-			backslashes++
-		}
-		if backslashes%2 == 0 { // the backslash of \u0000 is not itself escaped
-			return true
-		}
-		i = at + 1
+		i = next + j
 	}
+	return ""
+}
+
+// hex4 decodes the four hex digits that start b, or returns -1.
+func hex4(b []byte) int {
+	if len(b) < 4 {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
 }
 
 func scanEnqueueRows(rows *sql.Rows, err error) ([]store.EnqueuedJob, error) {

@@ -991,6 +991,73 @@ func TestEnqueueNULBytesAreInvalidEvents(t *testing.T) {
 	}
 }
 
+// Keys and kinds are printable text: a control character (C0, DEL or C1) or invalid UTF-8 is a
+// bad event. A payload that PostgreSQL's jsonb would refuse (invalid UTF-8, a UTF-16 surrogate
+// escape without its pair) is refused before anything is sent, as a bad event naming the
+// payload, never as a database error that names no event.
+func TestEnqueueTextTheDatabaseOrATerminalWouldMisreadIsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	cases := []struct {
+		ev     ordered.Event
+		field  string
+		reason string
+	}{
+		{ordered.Event{Key: "a\x1b[2Jb", Seq: 1}, "key", "U+001B"},
+		{ordered.Event{Key: "a\nb", Seq: 1}, "key", "U+000A"},
+		{ordered.Event{Key: "a\rb", Seq: 1}, "key", "U+000D"},
+		{ordered.Event{Key: "a\tb", Seq: 1}, "key", "U+0009"},
+		{ordered.Event{Key: "a\x7fb", Seq: 1}, "key", "U+007F"},
+		{ordered.Event{Key: "a\u0085b", Seq: 1}, "key", "U+0085"},
+		{ordered.Event{Key: "a\u009bb", Seq: 1}, "key", "U+009B"},
+		{ordered.Event{Key: "a\xffb", Seq: 1}, "key", "UTF-8"},
+		{ordered.Event{Key: "k", Seq: 1, Kind: "a\x1bb"}, "kind", "U+001B"},
+		{ordered.Event{Key: "k", Seq: 1, Kind: "a\u009bb"}, "kind", "U+009B"},
+		{ordered.Event{Key: "k", Seq: 1, Kind: "a\xffb"}, "kind", "UTF-8"},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage("\"a\xffb\"")}, "payload", "UTF-8"},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage("{\"a\xff\":1}")}, "payload", "UTF-8"},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`"\ud800"`)}, "payload", `\ud800`},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`["x\uDBFFy"]`)}, "payload", `\udbff`},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`"\udc00"`)}, "payload", `\udc00`},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`"\ud800\u0041"`)}, "payload", `\ud800`},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`"\ud800\ud800\udc00"`)}, "payload", `\ud800`},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`{"\udc00":1}`)}, "payload", `\udc00`},
+		{ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`"\\\u0000"`)}, "payload", `\u0000`},
+	}
+	for _, tc := range cases {
+		batch := []ordered.Event{validEvent("good", 1), tc.ev}
+		for name, err := range map[string]error{
+			"validate": b.client.Validate(batch),
+			"enqueue":  second(b.client.EnqueueMany(b.ctx, batch)),
+		} {
+			var inv *ordered.InvalidEventError
+			require.ErrorAs(t, err, &inv, "%s %q %q: got %v", name, tc.ev.Key, tc.ev.Payload, err)
+			require.Equal(t, 1, inv.Index)
+			require.Equal(t, tc.field, inv.Field, "%v", err)
+			require.Contains(t, inv.Reason, tc.reason)
+		}
+		b.requireQueueEmpty(t)
+	}
+
+	// Printable text, a surrogate pair, and a backslash that only looks like an escape are fine.
+	payloads := map[string]string{
+		`"\ud83d\ude00"`:         `"😀"`,
+		`"\\ud800"`:              `"\\ud800"`,
+		`{"\\\\u0000":"\u00e9"}`: `{"\\\\u0000": "é"}`,
+		`"\u2028 é 日本"`:          "\"\u2028 é 日本\"", // jsonb stores the character
+	}
+	seq := int64(0)
+	for in, stored := range payloads {
+		seq++
+		res, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "ключ 🔑 key", Seq: seq, Kind: "a b", Payload: json.RawMessage(in)})
+		require.NoError(t, err, in)
+		require.Equal(t, stored, b.storedPayload(t, res.ID), in)
+	}
+}
+
+// second is the error of a call that returns a value and an error.
+func second[T any](_ T, err error) error { return err }
+
 // A replayed job has started before (it ran and failed): an event below it is late, as it was
 // while the job was blocked. Otherwise the late event would run before the replayed job, after
 // that job's earlier attempts.

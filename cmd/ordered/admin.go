@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -84,7 +87,7 @@ func (a *app) statusCmd() *cobra.Command {
 				tw = tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "BLOCKED KEY\tJOB\tSEQ\tERROR")
 				for _, k := range blocked {
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", k.Key, k.JobID, k.Seq, oneLine(k.LastError))
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", cell(k.Key), k.JobID, k.Seq, cell(oneLine(k.LastError)))
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -151,8 +154,8 @@ func (a *app) failedCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKEY\tSEQ\tKIND\tATTEMPTS\tBLOCKING\tERROR")
 			for _, j := range jobs {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Key, j.Seq, j.Kind,
-					j.Attempts, j.MaxAttempts, yesNo(j.Blocking), oneLine(j.LastError))
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", j.ID, cell(j.Key), j.Seq, cell(j.Kind),
+					j.Attempts, j.MaxAttempts, yesNo(j.Blocking), cell(oneLine(j.LastError)))
 			}
 			return tw.Flush()
 		},
@@ -316,10 +319,48 @@ func (a *app) archiveCmd() *cobra.Command {
 	return cmd
 }
 
+// writeJSON prints v as indented JSON whose strings hold no character a terminal acts on:
+// encoding/json escapes U+0000 to U+001F, U+2028 and U+2029; writeJSON escapes the other
+// unprintable characters (DEL, the C1 controls, format characters) too.
 func writeJSON(a *app, v any) error {
-	enc := json.NewEncoder(a.stdout)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	out := buf.Bytes()
+	var b bytes.Buffer
+	for len(out) > 0 {
+		r, n := utf8.DecodeRune(out)
+		switch {
+		case r == 0x7f || r >= utf8.RuneSelf && !strconv.IsPrint(r):
+			for _, u := range utf16.Encode([]rune{r}) { // JSON escapes are UTF-16
+				fmt.Fprintf(&b, `\u%04x`, u)
+			}
+		default:
+			b.Write(out[:n])
+		}
+		out = out[n:]
+	}
+	_, err := a.stdout.Write(b.Bytes())
+	return err
+}
+
+// cell is s as a table cell that cannot forge output: s itself when it is printable text, else
+// s quoted as a Go string ("a\x1b[2Jb"). A cell that starts with a quote is quoted too, so that
+// a quoted cell is never ambiguous.
+func cell(s string) string {
+	if strings.HasPrefix(s, `"`) || !isPrintable(s) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// isPrintable reports whether s is valid UTF-8 of printable characters and spaces only
+// (strconv.IsPrint): no control or format character.
+func isPrintable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) < 0
 }
 
 func yesNo(b bool) string {

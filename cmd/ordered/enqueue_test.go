@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -39,7 +44,7 @@ func TestEnqueueBadLine(t *testing.T) {
 		{"two values", `{"key":"a","seq":1} {"key":"a","seq":2}`, "more than one JSON value"},
 		{"missing key", `{"seq":1}`, "missing key"},
 		{"null key", `{"key":null,"seq":1}`, "missing key"},
-		{"key not a string", `{"key":5,"seq":1}`, "not a valid event object"},
+		{"key not a string", `{"key":5,"seq":1}`, "key: not a string"},
 		{"empty key", `{"key":"","seq":1}`, "key: empty"},
 		{"missing seq", `{"key":"a"}`, "missing seq"},
 		{"negative seq", `{"key":"a","seq":-1}`, "seq: negative"},
@@ -49,10 +54,42 @@ func TestEnqueueBadLine(t *testing.T) {
 		{"seq not a number", `{"key":"a","seq":"seven"}`, "not an integer"},
 		{"seq a quoted number", `{"key":"a","seq":"7"}`, "not an integer"},
 		{"unknown field", `{"key":"a","seq":1,"sequence":2}`, "unknown field"},
-		{"bad run_at", `{"key":"a","seq":1,"run_at":"tomorrow"}`, "not a valid event object"},
+		{"bad run_at", `{"key":"a","seq":1,"run_at":"tomorrow"}`, "run_at"},
 		{"negative max_attempts", `{"key":"a","seq":1,"max_attempts":-1}`, "max_attempts: negative"},
+		{"max_attempts not an integer", `{"key":"a","seq":1,"max_attempts":2.5}`, "max_attempts 2.5 is not an integer"},
 		{"payload over the limit", `{"key":"a","seq":1,"payload":` + bigPayload + `}`, "payload: 1048577 bytes, over the limit of 1048576"},
 		{"NUL in payload", `{"key":"a","seq":1,"payload":"a\u0000b"}`, "payload"},
+		// Field names are exact, each given once; nothing follows the object.
+		{"field name in upper case", `{"KEY":"a","seq":1}`, `unknown field "KEY"`},
+		{"field name capitalised", `{"key":"a","Seq":1}`, `unknown field "Seq"`},
+		{"field given twice", `{"key":"a","key":"b","seq":1}`, `field "key" given twice`},
+		{"field given twice, first null", `{"key":"a","seq":null,"seq":1}`, `field "seq" given twice`},
+		{"closing bracket after the object", `{"key":"a","seq":1}]`, "data after the event object"},
+		{"closing brace after the object", `{"key":"a","seq":1}}`, "data after the event object"},
+		{"garbage after the object", `{"key":"a","seq":1}x`, "data after the event object"},
+		{"byte order mark past the first line", "\ufeff" + `{"key":"a","seq":1}`, "not a valid event object"},
+		{"no-break space before the object", "\u00a0" + `{"key":"a","seq":1}`, "not a valid event object"},
+		// Keys and kinds are valid UTF-8, never replaced by U+FFFD, and hold no control character.
+		{"key not UTF-8", "{\"key\":\"a\xffb\",\"seq\":1}", "key: not valid UTF-8"},
+		{"key with a lone high surrogate", `{"key":"a\ud800","seq":1}`, `key: contains \ud800, a UTF-16 surrogate without its pair`},
+		{"key with a lone low surrogate", `{"key":"\uDC00b","seq":1}`, `key: contains \udc00`},
+		{"key with a high surrogate and no low one", `{"key":"\ud800\u0041","seq":1}`, `key: contains \ud800`},
+		{"key with NUL", `{"key":"a\u0000b","seq":1}`, "key: contains a NUL character"},
+		{"key with ESC", `{"key":"a\u001b[2Jb","seq":1}`, "key: contains the control character U+001B"},
+		{"key with a newline", `{"key":"a\nb","seq":1}`, "key: contains the control character U+000A"},
+		{"key with a tab", `{"key":"a\tb","seq":1}`, "key: contains the control character U+0009"},
+		{"key with DEL", "{\"key\":\"a\x7fb\",\"seq\":1}", "key: contains the control character U+007F"},
+		{"key with a C1 control", "{\"key\":\"a\u009bb\",\"seq\":1}", "key: contains the control character U+009B"},
+		{"kind not UTF-8", "{\"key\":\"a\",\"seq\":1,\"kind\":\"\xc3\"}", "kind: not valid UTF-8"},
+		{"kind with a lone surrogate", `{"key":"a","seq":1,"kind":"\udbff"}`, `kind: contains \udbff`},
+		{"kind with a carriage return", `{"key":"a","seq":1,"kind":"a\rb"}`, "kind: contains the control character U+000D"},
+		{"kind not a string", `{"key":"a","seq":1,"kind":1}`, "kind: not a string"},
+		// A payload PostgreSQL's jsonb would refuse is refused before it is sent.
+		{"payload not UTF-8", "{\"key\":\"a\",\"seq\":1,\"payload\":{\"t\":\"\xff\"}}", "payload: not valid UTF-8"},
+		{"payload with a lone high surrogate", `{"key":"a","seq":1,"payload":{"t":"\ud800"}}`, `payload: contains \ud800`},
+		{"payload with a lone low surrogate", `{"key":"a","seq":1,"payload":["\udc00x"]}`, `payload: contains \udc00`},
+		// An error only the database finds in one event still names its line.
+		{"payload number beyond PostgreSQL's numeric", `{"key":"a","seq":1,"payload":1e1000000}`, "value overflows numeric format"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,6 +105,18 @@ func TestEnqueueBadLine(t *testing.T) {
 			require.Zero(t, jobCount(t, q.Pool), "nothing from the input is enqueued")
 		})
 	}
+}
+
+// A UTF-8 byte order mark at the start of the input is skipped; CRLF line ends, escaped field
+// names and keys written as escapes (a surrogate pair among them) are plain JSON and accepted.
+func TestEnqueueStrictInputAcceptsValidJSON(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	in := "\ufeff" + `{"key":"\ud83d\udd11","seq":1}` + "\r\n" + `{"k\u0065y":"\u00e9t\u00E9","seq":2,"kind":"a b"}` + "\r\n"
+	r := runCLI(t, q.URL, in, "enqueue")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "enqueued 2 events from stdin (2 new, 0 duplicates)\n", r.stdout)
+	require.Equal(t, []string{"été/2 queued attempts=0", "🔑/1 queued attempts=0"}, jobStates(t, q.Pool))
 }
 
 // A payload of exactly the limit is accepted.
@@ -165,4 +214,95 @@ func TestEnqueueSources(t *testing.T) {
 	require.Contains(t, r.stderr, "missing.jsonl")
 	require.Contains(t, r.stderr, "no such file or directory")
 	require.Equal(t, 4, jobCount(t, q.Pool))
+}
+
+// `ordered enqueue` streams: it sends a chunk of events (enqueueChunk events, or
+// enqueueChunkBytes of lines) before it has read the rest of its input, and all chunks go in
+// one transaction, so a bad last line leaves nothing of the input enqueued and is named by its
+// number. The test holds the input open until the first chunk holds its key's row lock.
+func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
+	t.Parallel()
+	smallLine := func(i int) string { return fmt.Sprintf(`{"key":"k%d","seq":%d,"payload":{"i":%d}}`, i%100, i, i) }
+	bigPayload := strings.Repeat("x", 900<<10)
+	bigLine := func(i int) string {
+		return fmt.Sprintf(`{"key":"k0","seq":%d,"payload":"%s"}`, i, bigPayload)
+	}
+	for _, tc := range []struct {
+		name       string
+		line       func(i int) string
+		firstChunk int // lines that fill the first chunk
+		lines      int // good lines in all
+		last       string
+		want       string
+	}{
+		{"bad line", smallLine, enqueueChunk, 2*enqueueChunk + 500, `{"key":"k1"}`, "missing seq"},
+		{"event the database refuses", smallLine, enqueueChunk, 2*enqueueChunk + 500,
+			`{"key":"k1","seq":1,"payload":1e1000000}`, "value overflows numeric format"},
+		{"chunks bounded by bytes", bigLine, enqueueChunkBytes/len(bigLine(0)) + 1, 12,
+			`{"key":"k1","seq":1,"payload":"\ud800"}`, `payload: contains \ud800`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := orderedtest.New(t)
+			ctx := context.Background()
+			c := newTestClient(t, q, time.Hour, policy.Block)
+			_, err := c.Enqueue(ctx, ordered.Event{Key: "k0", Seq: 0}) // k0's row exists: the chunk locks it
+			require.NoError(t, err)
+
+			cmd := exec.Command(cliBin, "enqueue", "--database-url", q.URL)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			stdin, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill() }) // a no-op once it has exited
+			w := bufio.NewWriter(stdin)
+			write := func(from, to int) {
+				for i := from; i <= to; i++ {
+					_, err := w.WriteString(tc.line(i) + "\n")
+					require.NoError(t, err)
+				}
+				require.NoError(t, w.Flush())
+			}
+
+			write(1, tc.firstChunk)
+			require.Eventually(t, func() bool {
+				_, err := q.Pool.Exec(ctx, "SELECT FROM ordered_keys WHERE key = 'k0' FOR UPDATE NOWAIT")
+				var pgErr *pgconn.PgError
+				return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+			}, time.Minute, 10*time.Millisecond, "the first chunk is sent before the input ends")
+
+			write(tc.firstChunk+1, tc.lines)
+			_, err = io.WriteString(stdin, tc.last+"\n")
+			require.NoError(t, err)
+			require.NoError(t, stdin.Close())
+			err = cmd.Wait()
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr, "stdout %q", stdout.String())
+			r := cliResult{stdout: stdout.String(), stderr: stderr.String(), code: exitErr.ExitCode()}
+			requireOneLineError(t, r)
+			require.Regexp(t, fmt.Sprintf(`^ordered: stdin: line %d: `, tc.lines+1), r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+			require.Contains(t, r.stderr, "nothing was enqueued")
+			require.Empty(t, r.stdout)
+			require.Equal(t, []string{"k0/0 queued attempts=0"}, jobStates(t, q.Pool), "nothing from the input is enqueued")
+		})
+	}
+}
+
+// Over several chunks, the summary counts every event, and an event repeated in a later chunk
+// is a duplicate.
+func TestEnqueueManyChunks(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	var in strings.Builder
+	for i := range 2*enqueueChunk + 10 {
+		j := i % (enqueueChunk + 5) // lines 10,006 on repeat lines 1 to 10,005
+		fmt.Fprintf(&in, `{"key":"k%d","seq":%d}`+"\n", j%100, j)
+	}
+	r := runCLI(t, q.URL, in.String(), "enqueue")
+	require.Zero(t, r.code, r.stderr)
+	want := fmt.Sprintf("enqueued %d events from stdin (%d new, %d duplicates)\n", 2*enqueueChunk+10, enqueueChunk+5, enqueueChunk+5)
+	require.Equal(t, want, r.stdout)
+	require.Equal(t, enqueueChunk+5, jobCount(t, q.Pool))
 }

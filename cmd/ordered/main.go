@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 )
@@ -26,7 +28,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root := newRootCmd(stdin, stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(stderr, "ordered:", oneLine(strings.TrimPrefix(err.Error(), "ordered: ")))
+		fmt.Fprintln(stderr, "ordered:", escapeUnprintable(oneLine(strings.TrimPrefix(err.Error(), "ordered: "))))
 		return 1
 	}
 	return 0
@@ -34,6 +36,28 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// escapeUnprintable writes each character of s that is not printable (strconv.IsPrint: a
+// control or format character) or not valid UTF-8 as its Go escape (\x1b, \u202e), so that an
+// error line cannot move the terminal's cursor or forge output.
+func escapeUnprintable(s string) string {
+	if isPrintable(s) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case !strconv.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // app holds what every subcommand shares.

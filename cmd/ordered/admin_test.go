@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/orderedtest"
+	"github.com/orderedq/ordered/policy"
+)
+
+// A key, kind or error cannot forge terminal output: `status`, `failed` (both forms) and the
+// error line print control and format characters as escapes. The library refuses such keys,
+// so this one is written with the schema's own enqueue function, as a key stored before the
+// library refused them would be.
+func TestAdminOutputEscapesKeysAndErrors(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	const key = "evil\x1b[2J\u009b31m\u202eyek\x7f"
+	_, err := q.Pool.Exec(ctx, `SELECT * FROM ordered_enqueue($1::jsonb)`,
+		`[{"key":"evil\u001b[2J\u009b31m\u202eyek\u007f","seq":1,"kind":"k\u0007ind","payload":null,"max_attempts":1}]`)
+	require.NoError(t, err)
+	c := newTestClient(t, q, time.Hour, policy.Block)
+	jobs := claimIDs(t, c, 1)
+	require.Equal(t, key, jobs[1].Key)
+	outcome, err := c.Fail(ctx, jobs[1], errors.New("boom\x1b]0;owned\x07\r\nordered: all good\u0085"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.Blocked, outcome)
+
+	requireInert := func(t *testing.T, out string) {
+		t.Helper()
+		for i, r := range out {
+			require.True(t, r == '\n' || r >= ' ' && r != 0x7f && !(r >= 0x80 && r <= 0x9f) && r != '\u202e' && r != utf8.RuneError,
+				"character %U at byte %d of %q", r, i, out)
+		}
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"failed"}, {"failed", "--json"}} {
+		r := runCLI(t, q.URL, "", args...)
+		require.Zero(t, r.code, r.stderr)
+		requireInert(t, r.stdout)
+		switch {
+		case args[len(args)-1] == "--json":
+			require.Contains(t, r.stdout, `"key": "evil\u001b[2J\u009b31m\u202eyek\u007f"`)
+		default:
+			require.Contains(t, r.stdout, `"evil\x1b[2J\u009b31m\u202eyek\x7f"`)
+			require.Contains(t, r.stdout, `"boom\x1b]0;owned\a ordered: all good"`)
+		}
+		if args[0] == "failed" && len(args) == 1 {
+			require.Contains(t, r.stdout, `"k\aind"`)
+		}
+	}
+
+	// The one-line error escapes what it quotes from outside, such as a file name.
+	missing := filepath.Join(t.TempDir(), "x\x1b[2J\u202e.jsonl")
+	r := runCLI(t, q.URL, "", "enqueue", missing)
+	requireOneLineError(t, r)
+	requireInert(t, r.stderr)
+	require.Contains(t, r.stderr, `x\x1b[2J\u202e.jsonl`)
+	_, err = os.Stat(missing)
+	require.True(t, errors.Is(err, os.ErrNotExist))
+
+	// Printable text is printed as it is, a cell that starts with a quote is quoted.
+	require.Equal(t, "ключ 🔑 a\\b", cell("ключ 🔑 a\\b"))
+	require.Equal(t, `"\"quoted\""`, cell(`"quoted"`))
+	require.Equal(t, `"a\xffb"`, cell("a\xffb"))
+	require.Equal(t, `a\xffb \ufeff �`, escapeUnprintable("a\xffb \ufeff \uFFFD"))
+	require.False(t, strings.ContainsRune(escapeUnprintable("\u2028"), '\u2028'))
+}
