@@ -2,11 +2,13 @@ package schema_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -156,4 +158,82 @@ func TestUpgradeTo006FindsEarlierJobsAsDuplicates(t *testing.T) {
 		(SELECT status FROM ordered_jobs WHERE key = 'a' AND seq = 1) FROM ordered_jobs`).Scan(&jobs, &status))
 	require.Equal(t, "4", jobs)
 	require.Equal(t, "done", status)
+}
+
+// A queue made before 015 keeps its jobs comparable: their run_at was not kept, so it is not
+// compared (an identical re-send stays a duplicate), while payload, kind and max_attempts are.
+// The enqueue functions keep the settings they had.
+func TestUpgradeTo015ComparesEarlierJobsExceptTheirRunAt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const name = "ordered_upgrade_015"
+	newSchema(ctx, t, name)
+	cfg, err := pgxpool.ParseConfig(orderedtest.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	settings := func() map[string][]string {
+		rows, err := pool.Query(ctx, `SELECT p.oid::regprocedure::text, coalesce(p.proconfig, '{}')
+			FROM pg_proc AS p WHERE p.pronamespace = current_schema()::regnamespace
+			AND p.proname IN ('ordered_enqueue_events', 'ordered_enqueue')`)
+		require.NoError(t, err)
+		out := map[string][]string{}
+		for rows.Next() {
+			var fn string
+			var config []string
+			require.NoError(t, rows.Scan(&fn, &config))
+			out[fn] = config
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	enqueue := func(event string) (bool, error) {
+		var duplicate bool
+		err := pool.QueryRow(ctx, `SELECT duplicate FROM ordered_enqueue(jsonb_build_array($1::jsonb))`, event).Scan(&duplicate)
+		return duplicate, err
+	}
+	requireConflict := func(err error, field string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "ORD05", pgErr.Code)
+		var detail struct{ Field string }
+		require.NoError(t, json.Unmarshal([]byte(pgErr.Detail), &detail))
+		require.Equal(t, field, detail.Field)
+	}
+
+	_, err = schema.MigrateTo(ctx, pool, 14)
+	require.NoError(t, err)
+	before := settings()
+	require.Equal(t, []string{"plan_cache_mode=force_generic_plan", "enable_seqscan=off", "jit=off", "enable_bitmapscan=off"},
+		before["ordered_enqueue_events(ordered_event[])"])
+	require.Empty(t, before["ordered_enqueue(jsonb)"])
+	const old = `{"key":"a","seq":1,"kind":"k","payload":{"n":1},"run_at":"2030-01-01T00:00:00Z","max_attempts":3}`
+	_, err = enqueue(old)
+	require.NoError(t, err)
+
+	applied, err := schema.MigrateTo(ctx, pool, 15)
+	require.NoError(t, err)
+	require.Equal(t, []int{15}, applied)
+	require.Equal(t, before, settings())
+
+	duplicate, err := enqueue(old)
+	require.NoError(t, err)
+	require.True(t, duplicate)
+	duplicate, err = enqueue(`{"key":"a","seq":1,"kind":"k","payload":{"n":1},"max_attempts":3}`)
+	require.NoError(t, err)
+	require.True(t, duplicate, "the run_at of a job enqueued before 015 is not compared")
+	_, err = enqueue(`{"key":"a","seq":1,"kind":"k","payload":{"n":2},"run_at":"2030-01-01T00:00:00Z","max_attempts":3}`)
+	requireConflict(err, "payload")
+
+	const later = `{"key":"b","seq":1,"kind":"k","payload":{"n":1},"run_at":"2030-01-01T00:00:00Z","max_attempts":3}`
+	duplicate, err = enqueue(later)
+	require.NoError(t, err)
+	require.False(t, duplicate)
+	_, err = enqueue(`{"key":"b","seq":1,"kind":"k","payload":{"n":1},"max_attempts":3}`)
+	requireConflict(err, "run_at")
 }

@@ -98,10 +98,13 @@ func collectClaimed(rows pgx.Rows) ([]ClaimedJob, error) {
 }
 
 // EnqueuedJob is a row returned by JobEnqueueMany: the event's 1-based position in the batch.
+// An archived event (at or below its key's archived history, no longer stored) is a duplicate
+// with ID 0.
 type EnqueuedJob struct {
 	Ord       int
 	ID        int64
 	Duplicate bool
+	Archived  bool
 }
 
 // EnqueueBatch is a batch of events to enqueue, one slice per column, all of one length.
@@ -122,7 +125,7 @@ func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJo
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EnqueuedJob, error) {
 		var e EnqueuedJob
-		err := r.Scan(&e.Ord, &e.ID, &e.Duplicate)
+		err := r.Scan(&e.Ord, &e.ID, &e.Duplicate, &e.Archived)
 		return e, err
 	})
 }

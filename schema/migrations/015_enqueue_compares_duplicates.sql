@@ -1,0 +1,240 @@
+-- A duplicate (key, seq) is compared with the stored job: the same content (payload by jsonb
+-- equality, kind, run_at, max_attempts) is a no-op as before; a different one raises ORD05
+-- and the batch writes nothing. An event at or below its key's archived history that is no
+-- longer stored is a no-op too, reported with a null id, instead of a late event (ORD01): a
+-- producer that re-sends an event it sent long ago gets the answer it gets for one still
+-- stored, and the event never runs again. The key keeps only its highest archived seq, so such
+-- an event cannot be compared, nor told from one never sent that is as low.
+--
+-- ordered_jobs.run_at keeps the run_at an event asked for, which available_at loses at its
+-- first retry. Jobs enqueued before this migration read '-infinity' (the value the column was
+-- added with; new rows take null when no run_at is given): what they asked for is unknown, and
+-- their run_at is not compared. Adding it is a change of the catalog only, no rewrite, but it
+-- takes the table's ACCESS EXCLUSIVE lock for that moment: it waits behind every open
+-- transaction that touched the table, and claims queue behind it meanwhile.
+ALTER TABLE ordered_jobs ADD COLUMN run_at timestamptz DEFAULT '-infinity';
+ALTER TABLE ordered_jobs ALTER COLUMN run_at DROP DEFAULT;
+COMMENT ON COLUMN ordered_jobs.run_at IS
+    'run_at of the event as enqueued; null: none given; -infinity: enqueued before migration 015, not compared';
+
+-- The body is that of 012_enqueue_late_recheck.sql, with the comparison of duplicates, the
+-- archived events and the run_at column; the SET clauses are those of 004 and 014 (a CREATE OR
+-- REPLACE drops what it does not restate). The comparison costs nothing for a new event: it
+-- reads the columns of the row that the lookup of a duplicate fetches anyway. The archive's
+-- watermark comes back from the statement that locks the key rows, so only a batch that holds
+-- an event at or below it reads its events again; the late check no longer reads the key row.
+-- A batch names each (key, seq) once: the Go client compares the repeats of a batch and sends
+-- one; a repeat of a new event sent here fails on the unique index ordered_jobs_open.
+CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[])
+RETURNS TABLE (ord integer, id bigint, duplicate boolean)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_events ordered_event[] := p_events;
+    v_late record;
+    v_conflict record;
+    v_conflict_ord integer;
+    v_archived_keys text[];
+    v_archived_seqs bigint[];
+    v_keys text[];
+    v_new_keys text[];
+    v_new_seqs bigint[];
+    v_new_ids bigint[];
+    v_old_heads bigint[];
+BEGIN
+    -- Lock the keys in a fixed order (no deadlocks between batches). It must always write the
+    -- row, never only lock it: that is what makes a REPEATABLE READ or SERIALIZABLE caller with
+    -- a stale snapshot fail with a serialization error instead of computing heads from it.
+    -- It returns the archive's watermark of the keys whose lowest event here is at or below
+    -- it; the lock keeps archival from moving it until this transaction ends.
+    WITH b AS (
+        SELECT e.key, min(e.seq) AS seq_min, max(e.seq) AS seq_max
+        FROM unnest(v_events) AS e GROUP BY e.key
+    ), locked AS (
+        INSERT INTO ordered_keys AS k (key, seq_max)
+        SELECT b.key, b.seq_max FROM b ORDER BY b.key
+        ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max)
+        RETURNING k.key, k.archived_seq
+    )
+    SELECT array_agg(l.key), array_agg(l.archived_seq)
+    INTO v_archived_keys, v_archived_seqs
+    FROM locked AS l JOIN b ON b.key = l.key
+    WHERE b.seq_min <= l.archived_seq;
+
+    -- A caller that keeps one snapshot must not compute heads from a stale one: lock the heads
+    -- its snapshot sees, which raises a serialization error if any changed since.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM 1 FROM ordered_jobs AS j
+        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(v_events) AS b)
+        FOR SHARE OF j;
+    END IF;
+
+    -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
+    -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
+    -- with it; the first event whose content differs is named below.
+    SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
+                         j.id)::ordered_event ORDER BY b.ord),
+           min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
+               j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
+               OR (j.run_at IS DISTINCT FROM b.run_at AND j.run_at IS DISTINCT FROM '-infinity')
+               OR j.max_attempts IS DISTINCT FROM b.max_attempts))
+    INTO v_events, v_conflict_ord
+    FROM unnest(v_events) AS b
+    LEFT JOIN LATERAL (
+        SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
+        WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
+        UNION ALL
+        SELECT c.id, c.kind, c.payload, c.run_at, c.max_attempts FROM ordered_jobs AS c
+        WHERE c.key = b.key AND c.seq = b.seq AND c.status IN ('done', 'failed')
+        LIMIT 1) AS j ON true;
+    IF v_conflict_ord IS NOT NULL THEN
+        SELECT b.ord, b.key, b.seq,
+               CASE WHEN j.payload IS DISTINCT FROM b.payload THEN 'payload'
+                    WHEN j.kind IS DISTINCT FROM b.kind THEN 'kind'
+                    WHEN j.run_at IS DISTINCT FROM b.run_at
+                         AND j.run_at IS DISTINCT FROM '-infinity' THEN 'run_at'
+                    ELSE 'max_attempts' END AS field
+        INTO v_conflict
+        FROM unnest(v_events) AS b
+        JOIN ordered_jobs AS j ON j.id = b.existing_id
+        WHERE b.ord = v_conflict_ord;
+        RAISE EXCEPTION 'ordered: duplicate event with different content: key % seq % is already enqueued with a different %',
+            v_conflict.key, v_conflict.seq, v_conflict.field
+            USING ERRCODE = 'ORD05',
+                  DETAIL = json_build_object('ord', v_conflict.ord, 'key', v_conflict.key,
+                                             'seq', v_conflict.seq, 'field', v_conflict.field)::text;
+    END IF;
+
+    -- An event at or below its key's archived history and not stored was, as far as can be
+    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job.
+    IF v_archived_keys IS NOT NULL THEN
+        v_events := ARRAY(
+            SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
+                       CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
+                            ELSE b.existing_id END)::ordered_event
+            FROM unnest(v_events) AS b
+            LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key
+            ORDER BY b.ord);
+    END IF;
+
+    -- Late: a later job of the key finished, or the first later open job has started (jobs
+    -- start in seq order, so if that one has not, no later open job has). attempted_at, not
+    -- attempts, marks a start: a replay resets the attempts of a job that did run. Checked
+    -- for each key's lowest new event, which is late if any new event of the key is. Every
+    -- new event is above its key's archived history (the others are marked above).
+    SELECT b.key, b.seq,
+           coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
+                                     THEN open.seq END) AS later_seq
+    INTO v_late
+    FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
+          FROM unnest(v_events) AS e
+          WHERE e.existing_id IS NULL
+          ORDER BY e.key, e.seq) AS b
+    LEFT JOIN LATERAL (
+        SELECT j.seq FROM ordered_jobs AS j
+        WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('done', 'failed')
+        ORDER BY j.seq LIMIT 1
+    ) AS closed ON true
+    LEFT JOIN LATERAL (
+        SELECT j.seq, j.status, j.attempted_at FROM ordered_jobs AS j
+        WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
+        ORDER BY j.seq LIMIT 1
+    ) AS open ON true
+    WHERE closed.seq IS NOT NULL OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
+    ORDER BY b.ord
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
+            v_late.key, v_late.seq
+            USING ERRCODE = 'ORD01',
+                  DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
+                                             'later_seq', v_late.later_seq)::text;
+    END IF;
+
+    WITH inserted AS (
+        INSERT INTO ordered_jobs (key, seq, kind, payload, available_at, max_attempts, run_at)
+        SELECT b.key, b.seq, b.kind, b.payload, coalesce(b.run_at, now()), b.max_attempts, b.run_at
+        FROM unnest(v_events) AS b
+        WHERE b.existing_id IS NULL
+        ORDER BY b.key, b.seq
+        RETURNING ordered_jobs.key, ordered_jobs.seq, ordered_jobs.id
+    )
+    SELECT array_agg(i.key), array_agg(i.seq), array_agg(i.id)
+    INTO v_new_keys, v_new_seqs, v_new_ids
+    FROM inserted AS i;
+    IF v_new_ids IS NULL THEN
+        RETURN QUERY SELECT b.ord, nullif(b.existing_id, 0), true FROM unnest(v_events) AS b ORDER BY b.ord;
+        RETURN;
+    END IF;
+    -- Only a key whose lowest new event comes before its head, or that has none (it was idle),
+    -- can get a new head. Appending behind the head, the common case, changes no head and
+    -- makes nothing claimable: neither the refresh nor the wake-up check runs for it. (The
+    -- head is the key's lowest open job. While this transaction holds the key row, what else
+    -- can change the key's jobs (claims, renewals, retries, give-backs) leaves the head where
+    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row, 011.)
+    SELECT array_agg(b.key), array_agg(h.id) FILTER (WHERE h.id IS NOT NULL)
+    INTO v_keys, v_old_heads
+    FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
+          GROUP BY e.key) AS b
+    LEFT JOIN LATERAL (
+        SELECT h.id, h.seq FROM ordered_jobs AS h WHERE h.key = b.key AND h.head OFFSET 0) AS h ON true
+    WHERE h.seq IS NULL OR h.seq > b.seq;
+    IF v_keys IS NOT NULL THEN
+        PERFORM ordered_heads_refresh(v_keys);
+
+        -- The late check ran before the insert, and a claim does not wait for the key row: a
+        -- head that was queued then may have been claimed and given back for a retry since
+        -- (a handler that failed at once). It has started, and the refresh, which keeps only
+        -- running heads, demoted it. So the heads the new events went below are read again:
+        -- the refresh holds their rows now, so what this sees is final. A batch that went
+        -- below no head (new or idle keys only) has nothing to read again.
+        IF v_old_heads IS NOT NULL THEN
+            SELECT j.key, j.seq AS later_seq,
+                   (SELECT min(e.seq) FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
+                    WHERE e.key = j.key) AS seq
+            INTO v_late
+            FROM ordered_jobs AS j
+            WHERE j.id = ANY (v_old_heads)
+              AND (j.status <> 'queued' OR j.attempted_at IS NOT NULL)
+            ORDER BY j.key
+            LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
+                    v_late.key, v_late.seq
+                    USING ERRCODE = 'ORD01',
+                          DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
+                                                     'later_seq', v_late.later_seq)::text;
+            END IF;
+        END IF;
+
+        -- One wake-up per batch, delivered at commit, and only if the batch made a job
+        -- claimable now: a job queued behind an open one is started by whoever finishes that
+        -- one, and a NOTIFY serialises commits (a global lock at commit), so appends to busy
+        -- keys skip it. The payload lets listeners of other schemas in the same database
+        -- ignore it.
+        IF EXISTS (
+                SELECT 1
+                FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_events) AS e
+                      WHERE e.existing_id IS NULL GROUP BY e.key) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.seq, h.status, h.available_at FROM ordered_jobs AS h
+                    WHERE h.key = b.key AND h.head OFFSET 0) AS h
+                WHERE h.seq = b.seq AND h.status = 'queued'
+                  AND h.available_at <= statement_timestamp()) THEN
+            PERFORM pg_notify('ordered_jobs', current_schema());
+        END IF;
+    END IF;
+
+    -- id is null for an event at or below its key's archived history (existing_id 0).
+    RETURN QUERY
+    SELECT b.ord, nullif(coalesce(b.existing_id, n.id), 0), b.existing_id IS NOT NULL
+    FROM unnest(v_events) AS b
+    LEFT JOIN unnest(v_new_keys, v_new_seqs, v_new_ids) AS n(key, seq, id)
+        ON b.existing_id IS NULL AND n.key = b.key AND n.seq = b.seq
+    ORDER BY b.ord;
+END
+$$;
