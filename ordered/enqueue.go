@@ -143,7 +143,7 @@ type encodedBatch struct {
 func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 	sent := make([]EnqueueResult, len(b.unique))
 	for _, r := range rows {
-		sent[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate, Archived: r.Archived}
+		sent[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate, Archived: r.Archived()}
 	}
 	results := make([]EnqueueResult, len(b.sentAs))
 	for i, u := range b.sentAs {
@@ -396,7 +396,7 @@ func scanEnqueueRows(rows *sql.Rows, err error) ([]store.EnqueuedJob, error) {
 	var out []store.EnqueuedJob
 	for rows.Next() {
 		var r store.EnqueuedJob
-		if err := rows.Scan(&r.Ord, &r.ID, &r.Duplicate, &r.Archived); err != nil {
+		if err := rows.Scan(&r.Ord, &r.ID, &r.Duplicate); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

@@ -104,8 +104,10 @@ type EnqueuedJob struct {
 	Ord       int
 	ID        int64
 	Duplicate bool
-	Archived  bool
 }
+
+// Archived reports whether the event is at or below its key's archived history.
+func (e EnqueuedJob) Archived() bool { return e.Duplicate && e.ID == 0 }
 
 // EnqueueBatch is a batch of events to enqueue, one slice per column, all of one length.
 type EnqueueBatch struct {
@@ -125,7 +127,7 @@ func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJo
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (EnqueuedJob, error) {
 		var e EnqueuedJob
-		err := r.Scan(&e.Ord, &e.ID, &e.Duplicate, &e.Archived)
+		err := r.Scan(&e.Ord, &e.ID, &e.Duplicate)
 		return e, err
 	})
 }
