@@ -172,8 +172,9 @@ const ArchiveBatchDefault = 1000
 
 // Archive deletes one bounded batch of done jobs (failed jobs are kept for investigation) and
 // returns how many it deleted; call it until it returns fewer than the limit. Each key
-// remembers the highest seq archived, so a producer that re-sends an archived event gets
-// ErrLateEvent rather than running it again. Safe to run from many processes at once.
+// remembers the highest seq archived, so a producer that re-sends an archived event gets a
+// no-op (EnqueueResult.Archived) rather than running it again. Safe to run from many
+// processes at once.
 func (c *Client) Archive(ctx context.Context, p ArchiveParams) (int, error) {
 	n, err := store.JobArchive(ctx, c.pool, max(p.OlderThan, 0), cmpOr(p.Limit, ArchiveBatchDefault))
 	if err != nil {

@@ -13,6 +13,7 @@ const (
 	codeReplayOutOfOrder = "ORD02"
 	codeLaterJobRunning  = "ORD03"
 	codeNotFailed        = "ORD04"
+	codeDuplicate        = "ORD05"
 	codeLeaseLost        = "ORD06"
 )
 
@@ -21,7 +22,9 @@ type fieldError interface {
 	Field(byte) string
 }
 
-// mapDBError turns the schema's own SQLSTATEs into the package's errors.
+// mapDBError turns the schema's own SQLSTATEs into the package's errors. A conflicting
+// duplicate's Index is its position in what was sent (encodedBatch.dbError maps it to the
+// batch's).
 func mapDBError(err error) error {
 	var code, message, detail string
 	var pgErr *pgconn.PgError
@@ -49,6 +52,18 @@ func mapDBError(err error) error {
 			}
 		}
 		return late
+	case codeDuplicate:
+		dup := &DuplicateConflictError{Index: -1, Stored: true}
+		var d struct {
+			Ord   int    `json:"ord"`
+			Key   string `json:"key"`
+			Seq   int64  `json:"seq"`
+			Field string `json:"field"`
+		}
+		if json.Unmarshal([]byte(detail), &d) == nil {
+			dup.Index, dup.Key, dup.Seq, dup.Field = d.Ord-1, d.Key, d.Seq, d.Field
+		}
+		return dup
 	case codeReplayOutOfOrder:
 		return &schemaError{kind: ErrReplayOutOfOrder, msg: message}
 	case codeLaterJobRunning:

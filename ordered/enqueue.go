@@ -24,7 +24,8 @@ type Event struct {
 	// Key groups events that must run in order: a customer, an account, a conversation.
 	Key string
 	// Seq is the producer's sequence number within Key (0 or more). The pair (Key, Seq) is the
-	// event's identity: enqueuing it again is a no-op.
+	// event's identity: enqueuing it again with the same content is a no-op, with different
+	// content an error (see ErrDuplicateConflict).
 	Seq int64
 	// Kind names what the event is, for handlers and operators ("invoice.paid").
 	Kind string
@@ -39,10 +40,18 @@ type Event struct {
 
 // EnqueueResult reports what happened to one event.
 type EnqueueResult struct {
-	// ID is the event's job, new or existing.
+	// ID is the event's job, new or existing; 0 when Archived.
 	ID int64
-	// Duplicate is true when (Key, Seq) was already enqueued: nothing was written.
+	// Duplicate is true when (Key, Seq) was already enqueued, or came earlier in the batch,
+	// with the same content (payload by JSON equality, kind, run_at, max_attempts after
+	// defaults): nothing was written.
 	Duplicate bool
+	// Archived is true, with Duplicate, when (Key, Seq) is at or below the key's archived
+	// history (see Client.Archive) and its job is no longer stored: the event is taken as one
+	// that ran and was archived, so nothing was written and it will not run. Its content could
+	// not be compared, and an event never sent before with a seq that low is reported the same
+	// way: the archive keeps only the key's highest archived seq.
+	Archived bool
 }
 
 // Enqueue enqueues one event in its own transaction.
@@ -104,7 +113,7 @@ func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event)
 		})
 	}
 	if err != nil {
-		return nil, mapDBError(err)
+		return nil, b.dbError(err)
 	}
 	return b.results(rows), nil
 }
@@ -119,13 +128,13 @@ func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]
 	}
 	rows, err := store.JobEnqueueMany(ctx, db, &b.columns)
 	if err != nil {
-		return nil, mapDBError(err)
+		return nil, b.dbError(err)
 	}
 	return b.results(rows), nil
 }
 
 // encodedBatch is a validated batch as sent to the database. An event repeated within the
-// batch is sent once; its repeats report the same job, as duplicates.
+// batch with the same content is sent once; its repeats report the same job, as duplicates.
 type encodedBatch struct {
 	columns store.EnqueueBatch
 	unique  []int // unique[i]: the position in the batch of the i-th event sent
@@ -135,7 +144,7 @@ type encodedBatch struct {
 func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 	sent := make([]EnqueueResult, len(b.unique))
 	for _, r := range rows {
-		sent[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}
+		sent[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate, Archived: r.Archived()}
 	}
 	results := make([]EnqueueResult, len(b.sentAs))
 	for i, u := range b.sentAs {
@@ -145,6 +154,16 @@ func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 		}
 	}
 	return results
+}
+
+// dbError maps a database error to the package's, naming the event of a conflicting
+// duplicate by its index in the batch rather than in what was sent.
+func (b *encodedBatch) dbError(err error) error {
+	err = mapDBError(err)
+	if dup, ok := err.(*DuplicateConflictError); ok && dup.Index >= 0 && dup.Index < len(b.unique) {
+		dup.Index = b.unique[dup.Index]
+	}
+	return err
 }
 
 // wireEvent is an event as ordered_enqueue reads it from JSON.
@@ -169,7 +188,8 @@ func (b *encodedBatch) json() ([]byte, error) {
 }
 
 // encodeBatch validates events and lays them out for the database. The whole batch is checked
-// before anything is sent, so a bad event writes nothing.
+// before anything is sent, so a bad event writes nothing. A repeat of an earlier event of the
+// batch is compared with it: the same content is sent once, a different one is an error.
 func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	if len(events) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidEvent)
@@ -185,14 +205,6 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 		if err := c.validateEvent(i, ev); err != nil {
 			return nil, err
 		}
-		id := identity{ev.Key, ev.Seq}
-		if u, ok := seen[id]; ok {
-			b.sentAs[i] = u
-			continue
-		}
-		seen[id] = len(b.unique)
-		b.sentAs[i] = len(b.unique)
-		b.unique = append(b.unique, i)
 		payload := string(ev.Payload)
 		if payload == "" {
 			payload = "null"
@@ -202,14 +214,123 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 			t := ev.RunAt.Truncate(time.Microsecond) // PostgreSQL's resolution, on either form
 			runAt = &t
 		}
+		maxAttempts := int32(cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts))
+		id := identity{ev.Key, ev.Seq}
+		if u, ok := seen[id]; ok {
+			if field := differsFromSent(cols, u, payload, ev.Kind, runAt, maxAttempts); field != "" {
+				return nil, &DuplicateConflictError{Index: i, Key: ev.Key, Seq: ev.Seq, Field: field}
+			}
+			b.sentAs[i] = u
+			continue
+		}
+		seen[id] = len(b.unique)
+		b.sentAs[i] = len(b.unique)
+		b.unique = append(b.unique, i)
 		cols.Keys = append(cols.Keys, ev.Key)
 		cols.Seqs = append(cols.Seqs, ev.Seq)
 		cols.Kinds = append(cols.Kinds, ev.Kind)
 		cols.Payloads = append(cols.Payloads, payload)
 		cols.RunAts = append(cols.RunAts, runAt)
-		cols.MaxAttempts = append(cols.MaxAttempts, int32(cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts)))
+		cols.MaxAttempts = append(cols.MaxAttempts, maxAttempts)
 	}
 	return b, nil
+}
+
+// differsFromSent names the first field in which an event differs from the u-th event sent
+// ("payload", "kind", "run_at", "max_attempts"), as the database compares them, or returns "".
+func differsFromSent(cols *store.EnqueueBatch, u int, payload, kind string, runAt *time.Time, maxAttempts int32) string {
+	sentRunAt := cols.RunAts[u]
+	switch {
+	case !jsonEqual(cols.Payloads[u], payload):
+		return "payload"
+	case cols.Kinds[u] != kind:
+		return "kind"
+	case (sentRunAt == nil) != (runAt == nil) || (runAt != nil && !runAt.Equal(*sentRunAt)):
+		return "run_at"
+	case cols.MaxAttempts[u] != maxAttempts:
+		return "max_attempts"
+	}
+	return ""
+}
+
+// jsonEqual reports whether two valid JSON documents are equal as jsonb compares them: object
+// keys in any order (the last of a repeated key counts), insignificant whitespace, string
+// escapes and numbers by value.
+func jsonEqual(a, b string) bool {
+	if a == b {
+		return true
+	}
+	va, errA := decodeJSON(a)
+	vb, errB := decodeJSON(b)
+	return errA == nil && errB == nil && jsonValuesEqual(va, vb)
+}
+
+func decodeJSON(s string) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+func jsonValuesEqual(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !jsonValuesEqual(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !jsonValuesEqual(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		b, ok := b.(json.Number)
+		return ok && canonicalNumber(string(a)) == canonicalNumber(string(b))
+	default: // string, bool or nil
+		return a == b
+	}
+}
+
+// canonicalNumber writes a JSON number as sign, significant digits and exponent, so that
+// numerically equal numbers (1, 1.0, 10e-1) read the same. It parses nothing into a float
+// or a big number: an exponent of any size costs nothing.
+func canonicalNumber(n string) string {
+	sign := ""
+	if rest, ok := strings.CutPrefix(n, "-"); ok {
+		sign, n = "-", rest
+	}
+	mantissa, expText, hasExp := strings.Cut(strings.ToLower(n), "e")
+	exp := int64(0)
+	if hasExp {
+		e, err := strconv.ParseInt(expText, 10, 64)
+		if err != nil || e > math.MaxInt32 || e < math.MinInt32 {
+			return sign + n // beyond what jsonb stores: compared as written
+		}
+		exp = e
+	}
+	whole, frac, _ := strings.Cut(mantissa, ".")
+	digits := strings.TrimLeft(whole+frac, "0")
+	if digits == "" {
+		return "0" // -0 equals 0
+	}
+	significant := strings.TrimRight(digits, "0")
+	exp += int64(len(digits)-len(significant)) - int64(len(frac))
+	return sign + significant + "e" + strconv.FormatInt(exp, 10)
 }
 
 func (c *Client) validateEvent(i int, ev Event) error {
@@ -347,7 +468,9 @@ func cmpOr(v, def int) int {
 }
 
 // Validate checks events as an enqueue would, without writing anything. The error is an
-// *InvalidEventError naming the first bad event.
+// *InvalidEventError naming the first bad event, or a *DuplicateConflictError for an event
+// that repeats an earlier one of the batch with different content. Events already stored are
+// not looked at.
 func (c *Client) Validate(events []Event) error {
 	_, err := c.encodeBatch(events)
 	return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -214,17 +215,18 @@ func TestEnqueueDuplicateReturnsExistingJob(t *testing.T) {
 	require.False(t, first.Duplicate)
 	require.NotZero(t, first.ID)
 
-	again, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 1, Kind: "other", Payload: json.RawMessage(`{"v":2}`)})
+	again, err := b.client.Enqueue(b.ctx, orig)
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
+	require.False(t, again.Archived)
 	require.Equal(t, first.ID, again.ID)
 	require.EqualValues(t, 1, b.jobRowCount(t))
-	require.JSONEq(t, `{"v":1}`, b.storedPayload(t, first.ID), "the original payload is kept")
+	require.JSONEq(t, `{"v":1}`, b.storedPayload(t, first.ID))
 
-	// A batch mixing new events and the existing one.
+	// A batch mixing new events and the existing one (its payload written otherwise).
 	batch := []ordered.Event{
 		{Key: "k", Seq: 2, Payload: json.RawMessage(`{"v":"k2"}`)},
-		{Key: "k", Seq: 1, Payload: json.RawMessage(`{"v":3}`)},
+		{Key: "k", Seq: 1, Kind: "orig", Payload: json.RawMessage(`{ "v": 1.0 }`)},
 		{Key: "j", Seq: 1, Payload: json.RawMessage(`{"v":"j1"}`)},
 		{Key: "k", Seq: 3, Payload: json.RawMessage(`{"v":"k3"}`)},
 	}
@@ -270,6 +272,283 @@ func TestEnqueueDuplicateReturnsExistingJob(t *testing.T) {
 	require.Equal(t, first.ID, again.ID)
 	require.Equal(t, "done", b.jobStatus(t, first.ID))
 	require.EqualValues(t, 4, b.jobRowCount(t))
+}
+
+// enqueueVia is one of the two forms of an enqueue: pgx (typed arrays) or database/sql
+// through bun (JSON).
+type enqueueVia struct {
+	name string
+	many func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error)
+}
+
+// enqueueForms returns both forms of an enqueue on the bundle's queue.
+func (b *testBundle) enqueueForms(t *testing.T) []enqueueVia {
+	t.Helper()
+	db := b.openBunDB(t)
+	return []enqueueVia{
+		{"pgx", func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error) {
+			return b.client.EnqueueMany(b.ctx, events)
+		}},
+		{"bun", func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error) {
+			return b.client.EnqueueManyBun(b.ctx, db, events)
+		}},
+	}
+}
+
+// requireDuplicateConflict asserts that err is a duplicate conflict naming index, key, seq,
+// field and where the other event is.
+func requireDuplicateConflict(t *testing.T, err error, index int, key string, seq int64, field string, stored bool) {
+	t.Helper()
+	require.Error(t, err)
+	require.ErrorIs(t, err, ordered.ErrDuplicateConflict)
+	var dup *ordered.DuplicateConflictError
+	require.ErrorAs(t, err, &dup)
+	require.Equal(t, ordered.DuplicateConflictError{Index: index, Key: key, Seq: seq, Field: field, Stored: stored}, *dup)
+	require.True(t, strings.HasPrefix(err.Error(), "ordered: "), err.Error())
+}
+
+// dupBase is the event that the duplicate tests send again: every field set, run_at with
+// nanoseconds (stored to the microsecond) and in the past, so that it can be claimed.
+func dupBase(key string) ordered.Event {
+	return ordered.Event{Key: key, Seq: 1, Kind: "orig", Payload: json.RawMessage(`{"a":1,"b":[true,null,"x"],"c":{"d":"é"}}`),
+		RunAt: time.Date(2020, 1, 2, 3, 4, 5, 123456789, time.UTC)}
+}
+
+// sameAsDupBase are dupBase as other producers write it, all the same event: payload keys in
+// another order, other whitespace and escapes, numbers written otherwise (jsonb equality);
+// run_at in another zone and below PostgreSQL's microsecond; max_attempts as its default.
+func sameAsDupBase(key string) map[string]ordered.Event {
+	same := map[string]ordered.Event{"itself": dupBase(key)}
+	ev := dupBase(key)
+	ev.Payload = json.RawMessage("{ \"c\" : {\"d\":\"\\u00e9\"},\n \"b\": [ true, null, \"x\" ], \"a\": 1.0e0, \"a\": 10E-1 }")
+	same["payload written otherwise"] = ev
+	ev = dupBase(key)
+	ev.RunAt = ev.RunAt.Add(-789).In(time.FixedZone("UTC+5", 5*3600))
+	same["run_at in another zone"] = ev
+	ev = dupBase(key)
+	ev.MaxAttempts = ordered.MaxAttemptsDefault
+	same["max_attempts as its default"] = ev
+	return same
+}
+
+// differentFromDupBase are events with dupBase's (key, seq) whose content differs, each with
+// the first field that differs.
+func differentFromDupBase(key string) []dupDiff {
+	with := func(field string, change func(ev *ordered.Event)) dupDiff {
+		ev := dupBase(key)
+		change(&ev)
+		return dupDiff{field, ev}
+	}
+	return []dupDiff{
+		with("payload", func(ev *ordered.Event) { ev.Payload = json.RawMessage(`{"a":2,"b":[true,null,"x"],"c":{"d":"é"}}`) }),
+		with("payload", func(ev *ordered.Event) { ev.Payload = json.RawMessage(`{"a":1,"b":[null,true,"x"],"c":{"d":"é"}}`) }),
+		with("payload", func(ev *ordered.Event) { ev.Payload = nil }), // JSON null
+		with("kind", func(ev *ordered.Event) { ev.Kind = "other" }),
+		with("run_at", func(ev *ordered.Event) { ev.RunAt = ev.RunAt.Add(time.Microsecond) }),
+		with("run_at", func(ev *ordered.Event) { ev.RunAt = time.Time{} }), // now
+		with("max_attempts", func(ev *ordered.Event) { ev.MaxAttempts = 7 }),
+		with("kind", func(ev *ordered.Event) { ev.Kind, ev.MaxAttempts = "other", 7 }),
+	}
+}
+
+// dupDiff is an event and the first field in which it differs from dupBase.
+type dupDiff struct {
+	field string
+	ev    ordered.Event
+}
+
+// An identical duplicate is a no-op reported as Duplicate, whether it repeats an earlier
+// event of its batch or a stored one in any state (queued, retried, running, done, failed,
+// blocked): the same content by jsonb equality and after defaults, on both forms.
+func TestEnqueueIdenticalDuplicateIsANoOp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	blocking := b.newClient(t, blockPolicyCfg())
+	forms := b.enqueueForms(t)
+
+	// Within one batch.
+	for _, via := range forms {
+		for name, same := range sameAsDupBase("batch-" + via.name) {
+			res, err := via.many(t, []ordered.Event{dupBase(same.Key), validEvent("other-"+via.name, 1), same})
+			require.NoError(t, err, "%s: %s", via.name, name)
+			require.Len(t, res, 3)
+			require.True(t, res[2].Duplicate, "%s: %s", via.name, name)
+			require.False(t, res[2].Archived)
+			require.Equal(t, res[0].ID, res[2].ID, "%s: %s", via.name, name)
+			_, err = b.pool.Exec(b.ctx, `DELETE FROM ordered_jobs`)
+			require.NoError(t, err)
+		}
+	}
+
+	stored := b.storeInEveryState(t, blocking)
+	rows := b.jobRowCount(t)
+	for _, via := range forms {
+		for state, id := range stored {
+			for name, same := range sameAsDupBase(state) {
+				res, err := via.many(t, []ordered.Event{same})
+				require.NoError(t, err, "%s: %s, %s", via.name, state, name)
+				require.Equal(t, ordered.EnqueueResult{ID: id, Duplicate: true}, res[0], "%s: %s, %s", via.name, state, name)
+			}
+		}
+	}
+	require.Equal(t, rows, b.jobRowCount(t))
+}
+
+// storeInEveryState stores dupBase under a key named after each state a job can be in (a
+// retried job is queued again, its available_at moved; blocked is failed under the block
+// policy, which blocking has) and returns their ids by key.
+func (b *testBundle) storeInEveryState(t *testing.T, blocking *ordered.Client) map[string]int64 {
+	t.Helper()
+	ids := map[string]int64{}
+	next := func(key string) *ordered.Job {
+		res, err := b.client.Enqueue(b.ctx, dupBase(key))
+		require.NoError(t, err)
+		ids[key] = res.ID
+		j := b.claimOne(t, b.client)
+		require.Equal(t, res.ID, j.ID)
+		return j
+	}
+	next("running")
+	require.NoError(t, b.client.Complete(b.ctx, next("done")))
+	_, err := b.client.Fail(b.ctx, next("failed"), ordered.Permanent(errors.New("boom")))
+	require.NoError(t, err)
+	_, err = blocking.Fail(b.ctx, next("blocked"), ordered.Permanent(errors.New("boom")))
+	require.NoError(t, err)
+	_, err = b.client.RetryAfter(b.ctx, next("retried"), time.Hour, errors.New("again"))
+	require.NoError(t, err)
+	res, err := b.client.Enqueue(b.ctx, dupBase("queued"))
+	require.NoError(t, err)
+	ids["queued"] = res.ID
+	for key, want := range map[string]string{"running": "running", "done": "done", "failed": "failed",
+		"blocked": "blocked", "retried": "queued", "queued": "queued"} {
+		require.Equal(t, want, b.jobStatus(t, ids[key]), key)
+	}
+	return ids
+}
+
+// A duplicate whose content differs is an error naming the event's index, key and seq, the
+// first field that differs, and whether the other event is stored or earlier in the batch;
+// the batch writes nothing. Within a batch and against a job in any state, on both forms.
+func TestEnqueueDuplicateWithDifferentContentIsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	blocking := b.newClient(t, blockPolicyCfg())
+	forms := b.enqueueForms(t)
+
+	// Within one batch: nothing is sent.
+	for _, via := range forms {
+		for _, d := range differentFromDupBase("batch") {
+			_, err := via.many(t, []ordered.Event{dupBase("batch"), validEvent("other", 1), d.ev})
+			requireDuplicateConflict(t, err, 2, "batch", 1, d.field, false)
+			require.Contains(t, err.Error(), "earlier in the same batch")
+			b.requireQueueEmpty(t, "%s: %+v", via.name, d)
+		}
+	}
+	err := b.client.Validate([]ordered.Event{dupBase("batch"), differentFromDupBase("batch")[3].ev})
+	requireDuplicateConflict(t, err, 1, "batch", 1, "kind", false)
+
+	// Against a stored job. The event is at index 2 of its batch and sent second (the repeat
+	// of new/1 is sent once).
+	stored := b.storeInEveryState(t, blocking)
+	rows := b.jobRowCount(t)
+	for _, via := range forms {
+		for state := range stored {
+			for _, d := range differentFromDupBase(state) {
+				_, err := via.many(t, []ordered.Event{validEvent("new", 1), validEvent("new", 1), d.ev})
+				requireDuplicateConflict(t, err, 2, state, 1, d.field, true)
+				require.Contains(t, err.Error(), "already enqueued")
+				require.Equal(t, rows, b.jobRowCount(t), "%s: %s, %+v", via.name, state, d)
+			}
+		}
+	}
+	require.Equal(t, rows, b.jobRowCount(t))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'new'`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'new'`))
+	for state, id := range stored {
+		var kind, payload string
+		var maxAttempts int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT kind, payload::text, max_attempts FROM ordered_jobs WHERE id = $1`,
+			id).Scan(&kind, &payload, &maxAttempts))
+		require.Equal(t, "orig", kind, state)
+		require.JSONEq(t, string(dupBase(state).Payload), payload, state)
+		require.Equal(t, ordered.MaxAttemptsDefault, maxAttempts, state)
+	}
+}
+
+// sqlEnqueued is a row of ordered_enqueue_events or ordered_enqueue.
+type sqlEnqueued struct {
+	Ord       int32
+	ID        *int64 // null: at or below the key's archived history
+	Duplicate bool
+}
+
+// A caller of the SQL functions themselves (psql, another language) gets a conflicting
+// duplicate as SQLSTATE ORD05 with a DETAIL that names the event; its transaction rolls back
+// whole, its own changes with it. An identical duplicate is a no-op there too.
+func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first, err := b.client.Enqueue(b.ctx, dupBase("k"))
+	require.NoError(t, err)
+	const payload = `{"c": {"d": "\u00e9"}, "b": [true, null, "x"], "a": 1.0}`
+	calls := map[string]string{
+		"ordered_enqueue_events": `SELECT ord, id, duplicate FROM ordered_enqueue_events(ARRAY[
+			ROW(1, 'new', 1, '', 'null'::jsonb, NULL, 3, NULL)::ordered_event,
+			ROW(2, 'k', 1, 'orig', $1::jsonb, '2020-01-02 03:04:05.123456Z', $2, NULL)::ordered_event])`,
+		"ordered_enqueue": `SELECT ord, id, duplicate FROM ordered_enqueue(jsonb_build_array(
+			'{"key":"new","seq":1,"max_attempts":3}'::jsonb,
+			jsonb_build_object('key', 'k', 'seq', 1, 'kind', 'orig', 'payload', $1::jsonb,
+				'run_at', '2020-01-02T03:04:05.123456Z', 'max_attempts', $2::integer)))`,
+	}
+	for name, call := range calls {
+		tx := b.beginTx(t)
+		_, err := tx.Exec(b.ctx, `CREATE TABLE app_effects (n int)`)
+		require.NoError(t, err)
+		_, err = tx.Exec(b.ctx, call, payload, 7)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, name)
+		require.Equal(t, "ORD05", pgErr.Code, name)
+		require.Equal(t, `ordered: duplicate event with different content: key k seq 1 is already enqueued with a different max_attempts`,
+			pgErr.Message, name)
+		require.JSONEq(t, `{"ord": 2, "key": "k", "seq": 1, "field": "max_attempts"}`, pgErr.Detail, name)
+		_, err = tx.Exec(b.ctx, `SELECT 1`)
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "25P02", pgErr.Code, "%s: the transaction is aborted", name)
+		require.NoError(t, tx.Rollback(b.ctx))
+		require.Zero(t, b.countRows(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass('app_effects')`))
+		require.EqualValues(t, 1, b.jobRowCount(t), name)
+		require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'new'`), name)
+
+		rows, err := b.pool.Query(b.ctx, call, payload, ordered.MaxAttemptsDefault)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[sqlEnqueued])
+		require.NoError(t, err, name)
+		require.Len(t, got, 2)
+		require.Equal(t, sqlEnqueued{Ord: 2, ID: &first.ID, Duplicate: true}, got[1], name)
+		_, err = b.pool.Exec(b.ctx, `DELETE FROM ordered_jobs WHERE key = 'new'; DELETE FROM ordered_keys WHERE key = 'new'`)
+		require.NoError(t, err)
+	}
+}
+
+// In the caller's transaction a conflicting duplicate aborts the transaction, as every
+// enqueue error does: the caller's own changes roll back with the batch.
+func TestEnqueueTxDuplicateConflictAbortsTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.client.Enqueue(b.ctx, dupBase("k"))
+	require.NoError(t, err)
+	tx := b.beginTx(t)
+	_, err = tx.Exec(b.ctx, `CREATE TABLE app_effects (n int)`)
+	require.NoError(t, err)
+	ev := dupBase("k")
+	ev.Kind = "other"
+	_, err = b.client.EnqueueManyTx(b.ctx, tx, []ordered.Event{validEvent("new", 1), ev})
+	requireDuplicateConflict(t, err, 1, "k", 1, "kind", true)
+	_, err = tx.Exec(b.ctx, `SELECT 1`)
+	require.Error(t, err, "the transaction is aborted")
+	require.NoError(t, tx.Rollback(b.ctx))
+	require.EqualValues(t, 1, b.jobRowCount(t))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass('app_effects')`))
 }
 
 // Producers that send the same events at once store each event once and all get its id, while
@@ -355,6 +634,166 @@ func TestConcurrentEnqueuesOfTheSameEventsStoreEachOnce(t *testing.T) {
 	require.EqualValues(t, rounds*keys*perRound, b.jobRowCount(t))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM (
 		SELECT 1 FROM ordered_jobs GROUP BY key, seq HAVING count(*) > 1) AS d`))
+}
+
+// Producers that send the same events at once, each with a payload of its own: exactly one
+// batch is stored, whole, and every other gets the conflict (never a unique violation, never
+// a silent no-op), while a worker finishes jobs in between, so that later rounds meet earlier
+// ones queued, running and done. Sent again, the winner's batch is all duplicates.
+func TestConcurrentEnqueuesOfTheSameEventsWithDifferentContentOneWins(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const producers, rounds, keys, perRound = 6, 8, 8, 4
+
+	finisher, stopFinisher := context.WithCancel(b.ctx)
+	finished := make(chan error, 1)
+	go func() {
+		for finisher.Err() == nil {
+			jobs, err := b.client.Claim(finisher, 4)
+			if err == nil && len(jobs) > 0 {
+				_, err = b.client.CompleteMany(finisher, jobs)
+			}
+			if err != nil && finisher.Err() == nil {
+				finished <- err
+				return
+			}
+			if len(jobs) == 0 {
+				time.Sleep(time.Millisecond) // nothing ready: don't spin on the server
+			}
+		}
+		finished <- nil
+	}()
+
+	for round := range rounds {
+		batches := make([][]ordered.Event, producers)
+		for p := range producers {
+			for k := range keys {
+				for s := range perRound {
+					batches[p] = append(batches[p], ordered.Event{Key: fmt.Sprintf("k%d", k), Seq: int64(round*perRound + s),
+						Payload: json.RawMessage(fmt.Sprintf(`{"producer":%d}`, p))})
+				}
+			}
+			rand.Shuffle(len(batches[p]), func(i, j int) { batches[p][i], batches[p][j] = batches[p][j], batches[p][i] })
+		}
+		errs := make([]error, producers)
+		done := make(chan struct{}, producers)
+		start := make(chan struct{})
+		for p := range producers {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				<-start
+				_, errs[p] = b.client.EnqueueMany(b.ctx, batches[p])
+			}()
+		}
+		close(start)
+		for range producers {
+			<-done
+		}
+		winner := -1
+		for p, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, winner, "round %d: producers %d and %d both stored their batch", round, winner, p)
+				winner = p
+				continue
+			}
+			var dup *ordered.DuplicateConflictError
+			require.ErrorAs(t, err, &dup, "round %d producer %d", round, p)
+			require.Equal(t, "payload", dup.Field)
+			require.True(t, dup.Stored)
+			require.Equal(t, batches[p][dup.Index].Key, dup.Key)
+			require.Equal(t, batches[p][dup.Index].Seq, dup.Seq)
+		}
+		require.NotEqual(t, -1, winner, "round %d: no batch was stored", round)
+		require.EqualValues(t, keys*perRound, b.countRows(t, `SELECT count(*) FROM ordered_jobs
+			WHERE seq >= $1 AND payload = jsonb_build_object('producer', $2::int)`, round*perRound, winner),
+			"round %d: the winner's batch is stored whole", round)
+
+		res, err := b.client.EnqueueMany(b.ctx, batches[winner])
+		require.NoError(t, err)
+		for i, r := range res {
+			require.True(t, r.Duplicate, "round %d event %d", round, i)
+		}
+	}
+	stopFinisher()
+	require.NoError(t, <-finished)
+
+	require.EqualValues(t, rounds*keys*perRound, b.jobRowCount(t))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM (
+		SELECT 1 FROM ordered_jobs GROUP BY key, seq HAVING count(*) > 1) AS d`))
+}
+
+// Two transactions enqueue one (key, seq) at once, with different contents: the second waits
+// for the first. In READ COMMITTED it then gets the conflict (or, had the first rolled back,
+// stores its own event); in REPEATABLE READ and SERIALIZABLE a serialization failure, and the
+// conflict when retried. The same content is a duplicate of the first's job instead.
+func TestEnqueueTxSameEventAtOnceTheSecondMeetsTheFirst(t *testing.T) {
+	t.Parallel()
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		for _, outcome := range []string{"conflict", "duplicate", "first rolled back"} {
+			t.Run(string(iso)+" "+outcome, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, nil)
+				begin := func() pgx.Tx {
+					tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: iso})
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+					return tx
+				}
+				firstEv, secondEv := dupBase("k"), dupBase("k")
+				if outcome != "duplicate" {
+					secondEv.Payload = json.RawMessage(`{"second":true}`)
+				}
+				first := begin()
+				firstRes, err := b.client.EnqueueTx(b.ctx, first, firstEv)
+				require.NoError(t, err)
+
+				second := begin()
+				type answer struct {
+					res ordered.EnqueueResult
+					err error
+				}
+				answered := make(chan answer, 1)
+				go func() {
+					res, err := b.client.EnqueueTx(b.ctx, second, secondEv)
+					answered <- answer{res, err}
+				}()
+				require.Eventually(t, func() bool {
+					return b.statementsBlockedBy(t, first, "ordered_enqueue_events") == 1
+				}, time.Minute, time.Millisecond, "the second enqueue waits for the first")
+				if outcome == "first rolled back" {
+					require.NoError(t, first.Rollback(b.ctx))
+				} else {
+					require.NoError(t, first.Commit(b.ctx))
+				}
+				got := <-answered
+
+				if iso != pgx.ReadCommitted && outcome != "first rolled back" {
+					requireSerializationFailure(t, got.err)
+					require.NoError(t, second.Rollback(b.ctx))
+					second = begin()
+					got.res, got.err = b.client.EnqueueTx(b.ctx, second, secondEv)
+				}
+				switch outcome {
+				case "conflict":
+					requireDuplicateConflict(t, got.err, 0, "k", 1, "payload", true)
+				case "duplicate":
+					require.NoError(t, got.err)
+					require.Equal(t, ordered.EnqueueResult{ID: firstRes.ID, Duplicate: true}, got.res)
+				case "first rolled back":
+					require.NoError(t, got.err)
+					require.False(t, got.res.Duplicate)
+				}
+				_ = second.Commit(b.ctx)
+				require.EqualValues(t, 1, b.jobRowCount(t))
+				want := firstEv.Payload
+				if outcome == "first rolled back" {
+					want = secondEv.Payload
+				}
+				j := b.claimOne(t, b.client)
+				require.JSONEq(t, string(want), string(j.Payload))
+			})
+		}
+	}
 }
 
 // badHeadsSQL counts, in one snapshot, the keys whose open jobs do not have exactly one head,

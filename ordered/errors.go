@@ -20,9 +20,10 @@ var ErrInvalidEvent = errors.New("ordered: invalid event")
 // *LateEventError.
 var ErrLateEvent = errors.New("ordered: late event")
 
-// ErrDuplicateConflict occurs when an event's (Key, Seq) is already enqueued, or appears
-// earlier in the same batch, with different content (payload, kind, run_at or max_attempts).
-// The error is a *DuplicateConflictError. An identical duplicate is no error: it is a no-op.
+// ErrDuplicateConflict occurs when an event's (Key, Seq) is already stored (queued, running,
+// done or failed), or appears earlier in the same batch, with different content (payload by
+// JSON equality, kind, run_at or max_attempts after defaults). The error is a
+// *DuplicateConflictError. An identical duplicate is no error: it is a no-op.
 var ErrDuplicateConflict = errors.New("ordered: duplicate event with different content")
 
 // ErrNotFailed occurs when a replay or skip names a job that does not exist or has not failed.
@@ -61,18 +62,19 @@ func (e *InvalidEventError) Error() string {
 func (e *InvalidEventError) Is(target error) bool { return target == ErrInvalidEvent }
 
 // LateEventError is returned when an event arrives after a later event of its key has
-// started; nothing of its batch was written.
+// started; nothing of its batch was written. An event at or below the key's archived history
+// is not late: it is taken as archived (EnqueueResult.Archived).
 type LateEventError struct {
 	Key string
 	Seq int64
-	// LaterSeq is the seq of the job that already started, or -1 when that job has been
-	// archived.
+	// LaterSeq is the seq of the job that already started, or -1 when the database did not
+	// name it.
 	LaterSeq int64
 }
 
 func (e *LateEventError) Error() string {
 	if e.LaterSeq < 0 {
-		return fmt.Sprintf("ordered: late event: key %q seq %d is at or below the key's archived history",
+		return fmt.Sprintf("ordered: late event: key %q seq %d arrived after a later event of the key had already started",
 			truncate(e.Key, 64), e.Seq)
 	}
 	return fmt.Sprintf("ordered: late event: key %q seq %d arrived after seq %d had already started",
@@ -83,9 +85,13 @@ func (e *LateEventError) Error() string {
 func (e *LateEventError) Is(target error) bool { return target == ErrLateEvent }
 
 // DuplicateConflictError is returned for an event whose (Key, Seq) is already taken by an
-// event with different content; nothing of its batch was written.
+// event with different content; nothing of its batch was written. Of two transactions that
+// enqueue the same (Key, Seq) with different contents at once, the second waits for the first
+// and gets this error once the first commits (under REPEATABLE READ or SERIALIZABLE a
+// serialization failure, and this error when retried).
 type DuplicateConflictError struct {
-	// Index is the event's position in its batch, from 0.
+	// Index is the event's position in its batch, from 0 (-1 when the database did not name
+	// it).
 	Index int
 	Key   string
 	Seq   int64

@@ -2,6 +2,7 @@ package ordered_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -16,7 +17,7 @@ import (
 )
 
 // Archive deletes done jobs in bounded batches, keeps failed ones, and a re-sent archived
-// event is late, not run again.
+// event is a no-op, not run again.
 func TestArchiveDeletesDoneJobsInBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -50,31 +51,71 @@ func TestArchiveDeletesDoneJobsInBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 
-	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k0", Seq: 1})
-	var late *ordered.LateEventError
-	require.ErrorAs(t, err, &late)
-	require.Equal(t, int64(-1), late.LaterSeq)
+	res, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k0", Seq: 1})
+	require.NoError(t, err)
+	require.Equal(t, ordered.EnqueueResult{Duplicate: true, Archived: true}, res)
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'k0'`))
 }
 
-// An event at or below a key's archived history is late because of the archive, also while a
-// later job of the key waits unstarted: the error names the archive, not that job.
-func TestEnqueueAtOrBelowArchivedHistoryNamesTheArchive(t *testing.T) {
+// An event at or below a key's archived history whose job is no longer stored is taken as
+// archived: a no-op reported as Duplicate and Archived, with no id, whatever its content (it
+// cannot be compared) and whether or not it was ever sent (that cannot be told), and it never
+// runs. A job still stored at or below the watermark (a failed one) is compared as always. An
+// event above the watermark is judged as always too: new behind a queued head, late below a
+// started one, which the error names. On both forms.
+func TestEnqueueAtOrBelowArchivedHistoryIsANoOp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	b.enqueue(t, "k", 1, 2)
-	j := b.claimOne(t, b.client)
-	require.EqualValues(t, 1, j.Seq)
-	require.NoError(t, b.client.Complete(b.ctx, j))
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2, 4, 6, 9)
+	require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	b.failNextHead(t, "k", 2, ordered.Permanent(errors.New("boom")))
+	require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
 	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 10})
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, 2, n, "k/1 and k/4 archived, k/2 failed and kept")
+	rows := b.jobRowCount(t)
 
-	for _, seq := range []int64{1, 0} {
-		_, err = b.client.Enqueue(b.ctx, validEvent("k", seq))
-		requireLateEvent(t, err, "k", seq, -1)
-		require.Contains(t, err.Error(), "archived history")
+	changed := validEvent("k", 4)
+	changed.Payload, changed.Kind = json.RawMessage(`{"other":true}`), "other"
+	archived := []ordered.Event{validEvent("k", 1), validEvent("k", 3), validEvent("k", 0), changed}
+	archivedResults := []ordered.EnqueueResult{{Duplicate: true, Archived: true}, {Duplicate: true, Archived: true},
+		{Duplicate: true, Archived: true}, {Duplicate: true, Archived: true}}
+	for _, via := range b.enqueueForms(t) {
+		res, err := via.many(t, archived)
+		require.NoError(t, err, via.name)
+		require.Equal(t, archivedResults, res, via.name)
+		require.Equal(t, rows, b.jobRowCount(t), via.name)
+
+		res, err = via.many(t, []ordered.Event{validEvent("k", 2)})
+		require.NoError(t, err, via.name)
+		require.Equal(t, []ordered.EnqueueResult{{ID: ids[1], Duplicate: true}}, res, "%s: a stored job is no archived one", via.name)
+		other := validEvent("k", 2)
+		other.Kind = "other"
+		_, err = via.many(t, []ordered.Event{validEvent("k", 3), other})
+		requireDuplicateConflict(t, err, 1, "k", 2, "kind", true)
 	}
-	require.EqualValues(t, 1, b.jobRowCount(t), "k/2 alone is left, queued")
+
+	// Mixed with new events, the archived ones write nothing.
+	res, err := b.client.EnqueueMany(b.ctx, append([]ordered.Event{validEvent("k", 7), validEvent("j", 1)}, archived...))
+	require.NoError(t, err)
+	require.Equal(t, archivedResults, res[2:])
+	require.False(t, res[0].Duplicate)
+	require.False(t, res[1].Duplicate)
+	require.Equal(t, rows+2, b.jobRowCount(t))
+
+	// k/5, never sent, is above the watermark: below the queued k/6 it would be new; once k/6
+	// has started it is late, also in a batch of archived events, and the error names k/6.
+	jobs, err := b.client.Claim(b.ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	require.ElementsMatch(t, []int64{6, 1}, []int64{jobs[0].Seq, jobs[1].Seq})
+	for _, via := range b.enqueueForms(t) {
+		_, err = via.many(t, append(archived, validEvent("k", 5)))
+		requireLateEvent(t, err, "k", 5, 6)
+	}
+
+	// None of the archived events ever became a job.
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'k' AND seq IN (0, 1, 3, 4)`))
 }
 
 // Beyond MaxBacklog queued jobs, enqueue fails with ErrBacklogFull and writes nothing.

@@ -57,7 +57,11 @@ Blank lines, and a UTF-8 byte order mark at the start of the input, are skipped.
 
 The input is read and sent in chunks inside one transaction, committed at its end: a bad
 line is reported with its line number and nothing from the input is enqueued.
-An event already enqueued (same key and seq) is counted as a duplicate, not an error.`,
+An event already enqueued, or earlier in the input, with the same key, seq and content
+(payload as JSON, kind, run_at, max_attempts) is counted as a duplicate, not an error;
+with the same key and seq but other content it is an error, and nothing is enqueued.
+An event at or below its key's archived history (see archive) is counted as a duplicate
+and not run again: it cannot be compared any more, nor told from one never sent.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, name := a.stdin, "stdin"

@@ -1,15 +1,24 @@
 -- ordered_enqueue_events inserts a batch of events, validated by the caller and each (key, seq)
 -- at most once, in the order given. It returns one row per event: its position (ord), the job
--- id, and whether (key, seq) already existed (an idempotent no-op). A late event (seq below a
--- job of its key that has started or finished, or at or below the key's archived history)
--- raises ORD01 and nothing is written.
+-- id, and whether (key, seq) already existed.
+--
+-- A duplicate is compared with the stored job: the same content (payload by jsonb equality,
+-- kind, run_at, max_attempts) is an idempotent no-op; a different one raises ORD05 and the batch
+-- writes nothing. The comparison costs nothing for a new event: it reads the columns of the row
+-- that the lookup of a duplicate fetches anyway. An event at or below its key's archived
+-- history whose job is no longer stored is a no-op too, reported with a null id: a producer
+-- that re-sends an event it sent long ago gets the answer it gets for one still stored, and the
+-- event never runs again (the key keeps only its highest archived seq, so such an event can be
+-- neither compared nor told from one never sent that is as low). A late event (seq below a job
+-- of its key that has started or finished) raises ORD01 and nothing is written.
 --
 -- It checks its events for lateness twice: before the insert, and again after it moved heads,
 -- for the heads its events went below. Claims do not wait for the key row an enqueue holds, so
 -- a queued head can be claimed and given back for a retry between the first check and the
 -- refresh; it has started by then, and the refresh (which keeps only running heads) demoted it.
 -- Jobs must be written through this function only: it keeps (key, seq) unique across open and
--- finished jobs.
+-- finished jobs. A repeat of a new (key, seq) within one call fails on ordered_jobs_open; the
+-- Go client compares the repeats of a batch and sends one.
 CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[])
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
@@ -21,6 +30,10 @@ AS $$
 DECLARE
     v_events ordered_event[] := p_events;
     v_late record;
+    v_conflict record;
+    v_conflict_ord integer;
+    v_archived_keys text[];
+    v_archived_seqs bigint[];
     v_keys text[];
     v_new_keys text[];
     v_new_seqs bigint[];
@@ -30,9 +43,21 @@ BEGIN
     -- Lock the keys in a fixed order (no deadlocks between batches). It must always write the
     -- row, never only lock it: that is what makes a REPEATABLE READ or SERIALIZABLE caller with
     -- a stale snapshot fail with a serialization error instead of computing heads from it.
-    INSERT INTO ordered_keys AS k (key, seq_max)
-    SELECT b.key, max(b.seq) FROM unnest(v_events) AS b GROUP BY b.key ORDER BY b.key
-    ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max);
+    -- It returns the archive's watermark of the keys whose lowest event here is at or below
+    -- it; the lock keeps archival from moving it until this transaction ends.
+    WITH b AS (
+        SELECT e.key, min(e.seq) AS seq_min, max(e.seq) AS seq_max
+        FROM unnest(v_events) AS e GROUP BY e.key
+    ), locked AS (
+        INSERT INTO ordered_keys AS k (key, seq_max)
+        SELECT b.key, b.seq_max FROM b ORDER BY b.key
+        ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max)
+        RETURNING k.key, k.archived_seq
+    )
+    SELECT array_agg(l.key), array_agg(l.archived_seq)
+    INTO v_archived_keys, v_archived_seqs
+    FROM locked AS l JOIN b ON b.key = l.key
+    WHERE b.seq_min <= l.archived_seq;
 
     -- A caller that keeps one snapshot must not compute heads from a stale one: lock the heads
     -- its snapshot sees, which raises a serialization error if any changed since.
@@ -43,24 +68,57 @@ BEGIN
     END IF;
 
     -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
-    -- A job is open or finished, so one of the two indexes holds it.
-    v_events := ARRAY(
-        SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts, j.id)::ordered_event
+    -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
+    -- with it; the first event whose content differs is named below.
+    SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
+                         j.id)::ordered_event ORDER BY b.ord),
+           min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
+               j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
+               OR j.run_at IS DISTINCT FROM b.run_at
+               OR j.max_attempts IS DISTINCT FROM b.max_attempts))
+    INTO v_events, v_conflict_ord
+    FROM unnest(v_events) AS b
+    LEFT JOIN LATERAL (
+        SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
+        WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
+        UNION ALL
+        SELECT c.id, c.kind, c.payload, c.run_at, c.max_attempts FROM ordered_jobs AS c
+        WHERE c.key = b.key AND c.seq = b.seq AND c.status IN ('done', 'failed')
+        LIMIT 1) AS j ON true;
+    IF v_conflict_ord IS NOT NULL THEN
+        SELECT b.ord, b.key, b.seq,
+               CASE WHEN j.payload IS DISTINCT FROM b.payload THEN 'payload'
+                    WHEN j.kind IS DISTINCT FROM b.kind THEN 'kind'
+                    WHEN j.run_at IS DISTINCT FROM b.run_at THEN 'run_at'
+                    ELSE 'max_attempts' END AS field
+        INTO v_conflict
         FROM unnest(v_events) AS b
-        LEFT JOIN LATERAL (
-            SELECT o.id FROM ordered_jobs AS o
-            WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
-            UNION ALL
-            SELECT c.id FROM ordered_jobs AS c
-            WHERE c.key = b.key AND c.seq = b.seq AND c.status IN ('done', 'failed')
-            LIMIT 1) AS j ON true
-        ORDER BY b.ord);
+        JOIN ordered_jobs AS j ON j.id = b.existing_id
+        WHERE b.ord = v_conflict_ord;
+        RAISE EXCEPTION 'ordered: duplicate event with different content: key % seq % is already enqueued with a different %',
+            v_conflict.key, v_conflict.seq, v_conflict.field
+            USING ERRCODE = 'ORD05',
+                  DETAIL = json_build_object('ord', v_conflict.ord, 'key', v_conflict.key,
+                                             'seq', v_conflict.seq, 'field', v_conflict.field)::text;
+    END IF;
+
+    -- An event at or below its key's archived history and not stored was, as far as can be
+    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job.
+    IF v_archived_keys IS NOT NULL THEN
+        v_events := ARRAY(
+            SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
+                       CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
+                            ELSE b.existing_id END)::ordered_event
+            FROM unnest(v_events) AS b
+            LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key
+            ORDER BY b.ord);
+    END IF;
 
     -- Late: a later job of the key finished, or the first later open job has started (jobs
     -- start in seq order, so if that one has not, no later open job has). attempted_at, not
     -- attempts, marks a start: a replay resets the attempts of a job that did run. Checked
-    -- for each key's lowest new event, which is late if any new event of the key is.
-    -- later_seq names the job that started, or is null when only the archive makes it late.
+    -- for each key's lowest new event, which is late if any new event of the key is. Every
+    -- new event is above its key's archived history (the others are marked above).
     SELECT b.key, b.seq,
            coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
                                      THEN open.seq END) AS later_seq
@@ -69,8 +127,6 @@ BEGIN
           FROM unnest(v_events) AS e
           WHERE e.existing_id IS NULL
           ORDER BY e.key, e.seq) AS b
-    CROSS JOIN LATERAL (
-        SELECT k.archived_seq FROM ordered_keys AS k WHERE k.key = b.key OFFSET 0) AS k
     LEFT JOIN LATERAL (
         SELECT j.seq FROM ordered_jobs AS j
         WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('done', 'failed')
@@ -81,8 +137,7 @@ BEGIN
         WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
         ORDER BY j.seq LIMIT 1
     ) AS open ON true
-    WHERE b.seq <= k.archived_seq OR closed.seq IS NOT NULL
-       OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
+    WHERE closed.seq IS NOT NULL OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
     ORDER BY b.ord
     LIMIT 1;
     IF FOUND THEN
@@ -94,8 +149,8 @@ BEGIN
     END IF;
 
     WITH inserted AS (
-        INSERT INTO ordered_jobs (key, seq, kind, payload, available_at, max_attempts)
-        SELECT b.key, b.seq, b.kind, b.payload, coalesce(b.run_at, now()), b.max_attempts
+        INSERT INTO ordered_jobs (key, seq, kind, payload, available_at, max_attempts, run_at)
+        SELECT b.key, b.seq, b.kind, b.payload, coalesce(b.run_at, now()), b.max_attempts, b.run_at
         FROM unnest(v_events) AS b
         WHERE b.existing_id IS NULL
         ORDER BY b.key, b.seq
@@ -105,7 +160,7 @@ BEGIN
     INTO v_new_keys, v_new_seqs, v_new_ids
     FROM inserted AS i;
     IF v_new_ids IS NULL THEN
-        RETURN QUERY SELECT b.ord, b.existing_id, true FROM unnest(v_events) AS b ORDER BY b.ord;
+        RETURN QUERY SELECT b.ord, nullif(b.existing_id, 0), true FROM unnest(v_events) AS b ORDER BY b.ord;
         RETURN;
     END IF;
     -- Only a key whose lowest new event comes before its head, or that has none (it was idle),
@@ -113,7 +168,7 @@ BEGIN
     -- makes nothing claimable: neither the refresh nor the wake-up check runs for it. (The
     -- head is the key's lowest open job. While this transaction holds the key row, what else
     -- can change the key's jobs (claims, renewals, retries, give-backs) leaves the head where
-    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row.)
+    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row, 011.)
     SELECT array_agg(b.key), array_agg(h.id) FILTER (WHERE h.id IS NOT NULL)
     INTO v_keys, v_old_heads
     FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
@@ -167,9 +222,9 @@ BEGIN
         END IF;
     END IF;
 
-    -- A batch holds each (key, seq) once (the client sends repeats once).
+    -- id is null for an event at or below its key's archived history (existing_id 0).
     RETURN QUERY
-    SELECT b.ord, coalesce(b.existing_id, n.id), b.existing_id IS NOT NULL
+    SELECT b.ord, nullif(coalesce(b.existing_id, n.id), 0), b.existing_id IS NOT NULL
     FROM unnest(v_events) AS b
     LEFT JOIN unnest(v_new_keys, v_new_seqs, v_new_ids) AS n(key, seq, id)
         ON b.existing_id IS NULL AND n.key = b.key AND n.seq = b.seq

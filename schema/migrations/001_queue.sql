@@ -38,6 +38,9 @@ CREATE TABLE ordered_jobs (
                   CHECK (status IN ('queued', 'running', 'done', 'failed', 'blocked')),
     head          boolean     NOT NULL DEFAULT false,
     available_at  timestamptz NOT NULL DEFAULT now(),
+    -- the run_at the event asked for (null: none), compared with a re-sent duplicate's;
+    -- available_at moves at every retry
+    run_at        timestamptz,
     -- a running job's lease, by the database's clock; only running jobs have one
     lease_until   timestamptz,
     -- incremented by every claim; fences completion, renewal, release and failure

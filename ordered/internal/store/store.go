@@ -99,11 +99,16 @@ func collectClaimed(rows pgx.Rows) ([]ClaimedJob, error) {
 }
 
 // EnqueuedJob is a row returned by JobEnqueueMany: the event's 1-based position in the batch.
+// An archived event (at or below its key's archived history, no longer stored) is a duplicate
+// with ID 0.
 type EnqueuedJob struct {
 	Ord       int
 	ID        int64
 	Duplicate bool
 }
+
+// Archived reports whether the event is at or below its key's archived history.
+func (e EnqueuedJob) Archived() bool { return e.Duplicate && e.ID == 0 }
 
 // EnqueueBatch is a batch of events to enqueue, one slice per column, all of one length.
 type EnqueueBatch struct {

@@ -1,3 +1,3 @@
 -- Enqueues a batch given as a JSON array (see ordered_enqueue in the schema), for callers
--- that go through database/sql.
-SELECT ord, id, duplicate FROM ordered_enqueue($1::jsonb);
+-- that go through database/sql. id is 0 for an event at or below its key's archived history.
+SELECT ord, coalesce(id, 0), duplicate FROM ordered_enqueue($1::jsonb);

@@ -1,8 +1,9 @@
 -- Enqueues a batch given as one array per column, in the order of the events (see
 -- ordered_enqueue_events in the schema). Sent in the binary protocol, nothing is parsed but
 -- each payload. The payloads travel as text[] and are cast one by one: building a jsonb[]
--- parameter costs ten times the whole cast.
-SELECT ord, id, duplicate FROM ordered_enqueue_events(ARRAY(
+-- parameter costs ten times the whole cast. id is 0 for an event at or below its key's
+-- archived history.
+SELECT ord, coalesce(id, 0), duplicate FROM ordered_enqueue_events(ARRAY(
     SELECT ROW(e.ord, e.key, e.seq, e.kind, e.payload::jsonb, e.run_at, e.max_attempts, NULL)::ordered_event
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::timestamptz[], $6::integer[])
          WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
