@@ -1,2 +1,4 @@
--- Deletes up to $2 done jobs finished more than $1 ago (see ordered_archive in the schema).
+-- Deletes done jobs in one bounded batch (see ordered_archive in the schema) and returns how many.
+-- $1 older_than  interval  only jobs finished longer ago than this
+-- $2 limit       integer   at most this many jobs
 SELECT ordered_archive($1::interval, $2);

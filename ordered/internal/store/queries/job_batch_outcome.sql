@@ -21,6 +21,10 @@
 -- order; the client asks again. It reads from a snapshot taken before any such wait: a batch
 -- still running on the server (its connection was cut while it waited for a key) that
 -- commits meanwhile is not seen, and its next jobs wait out their leases.
+-- $1 ids       bigint[]  the batch's jobs
+-- $2 versions  bigint[]  their claim versions, same positions
+-- $3 keys      text[]    their keys, same positions
+-- $4 lease     interval  the next jobs' leases, from now
 WITH keys AS (
     SELECT k.key
     FROM ordered_keys AS k

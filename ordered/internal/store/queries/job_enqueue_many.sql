@@ -3,6 +3,12 @@
 -- each payload. The payloads travel as text[] and are cast one by one: building a jsonb[]
 -- parameter costs ten times the whole cast. id is 0 for an event at or below its key's
 -- archived history.
+-- $1 keys          text[]         the events' keys
+-- $2 seqs          bigint[]       their seqs, same positions
+-- $3 kinds         text[]         their kinds
+-- $4 payloads      text[]         their JSON payloads
+-- $5 run_ats       timestamptz[]  their run_at (null: now)
+-- $6 max_attempts  integer[]      their attempt limits
 SELECT ord, coalesce(id, 0), duplicate FROM ordered_enqueue_events(ARRAY(
     SELECT ROW(e.ord, e.key, e.seq, e.kind, e.payload::jsonb, e.run_at, e.max_attempts, NULL)::ordered_event
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::timestamptz[], $6::integer[])

@@ -1,4 +1,6 @@
--- Failed jobs, optionally of one key ($1, null: all), oldest key and seq first, $2 at most.
+-- Failed jobs, oldest key and seq first.
+-- $1 key    text     only this key's (null: all)
+-- $2 limit  integer  at most this many
 SELECT id, key, seq, kind, payload, status, attempts, max_attempts, last_error,
        created_at, finished_at
 FROM ordered_jobs

@@ -1,6 +1,10 @@
 -- Gives the current claim ($1 id, $2 claim version) back for a retry after $3, recording $4 as
 -- the error. The job stays the head of its key, so later jobs keep waiting for it.
 -- No row: the claim was lost.
+-- $1 id       bigint    the job
+-- $2 version  bigint    its claim version
+-- $3 delay    interval  when it may run again, from now
+-- $4 error    text      the error to record
 UPDATE ordered_jobs
 SET status = 'queued',
     available_at = clock_timestamp() + $3::interval,

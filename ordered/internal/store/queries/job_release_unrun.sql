@@ -7,6 +7,9 @@
 -- replay, which resets the attempts, keeps it). Otherwise the mark was this claim's and goes.
 -- The job is claimable at once, so idle workers are woken (NOTIFY at commit) rather than left
 -- to find it at their next poll.
+-- $1 id       bigint  the job
+-- $2 version  bigint  its claim version
+-- $3 error    text    what a handler cut short returned (null: the job never started)
 WITH released AS (
     UPDATE ordered_jobs
     SET status = 'queued',
