@@ -39,6 +39,7 @@ func oneLine(s string) string {
 // app holds what every subcommand shares.
 type app struct {
 	databaseURL string
+	pooler      poolerFlag
 	stdin       io.Reader
 	stdout      io.Writer
 	stderr      io.Writer
@@ -61,6 +62,8 @@ The database is --database-url, else DATABASE_URL, else the libpq defaults (PGHO
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "",
 		"libpq connection URL (default $DATABASE_URL, then the libpq defaults)")
+	root.PersistentFlags().Var(&a.pooler, "pooler",
+		"connection pooler in front of PostgreSQL; transaction: no prepared statements, work polls")
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		a.migrateCmd(),
