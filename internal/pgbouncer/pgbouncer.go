@@ -5,7 +5,9 @@
 // directory: pool_mode as asked, every database forwarded to the server of
 // orderedtest.DatabaseURL(), trust authentication for the users it knows, no unix socket, the
 // log in the directory. Server pools are small (PoolSize) so that in transaction mode the
-// clients really share server connections.
+// clients really share server connections; in session mode each client connection holds a
+// server connection while it is open, so a test's connections through it must not exceed
+// SessionPoolSize (more wait for one to close).
 //
 // PgBouncer refuses startup parameters it does not know, search_path among them, so a queue's
 // schema cannot be chosen in the URL. Instead New creates a LOGIN role per schema it is given,
@@ -48,8 +50,11 @@ const (
 	Transaction Mode = "transaction"
 )
 
-// PoolSize is the number of server connections per database and user.
-const PoolSize = 4
+// Server connections per database and user, in each mode.
+const (
+	PoolSize        = 4
+	SessionPoolSize = 16
+)
 
 // startTimeout bounds how long a start waits for PgBouncer to accept connections.
 const startTimeout = 30 * time.Second
@@ -116,6 +121,10 @@ func New(t testing.TB, mode Mode, schemas ...string) *PgBouncer {
 	if port == "" {
 		port = "5432"
 	}
+	poolSize := PoolSize
+	if mode == Session {
+		poolSize = SessionPoolSize
+	}
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
 
@@ -129,7 +138,7 @@ pool_mode = %s
 default_pool_size = %d
 max_client_conn = 500
 logfile = %s
-`, host, port, b.port, filepath.Join(b.dir, "users.txt"), mode, PoolSize, b.logFile)
+`, host, port, b.port, filepath.Join(b.dir, "users.txt"), mode, poolSize, b.logFile)
 	for name, text := range map[string]string{"users.txt": auth.String(), "pgbouncer.ini": ini} {
 		if err := os.WriteFile(filepath.Join(b.dir, name), []byte(text), 0o644); err != nil {
 			t.Fatalf("pgbouncer: %v", err)
