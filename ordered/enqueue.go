@@ -67,7 +67,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) (
 }
 
 // EnqueueBun enqueues one event through bun: inside db's transaction when db is a bun.Tx,
-// else in a transaction of its own.
+// else in a transaction of its own. Under Config.Pooler PoolerTransaction, bun must run on
+// pgx's database/sql driver (stdlib), which takes the statement's exec mode from its
+// arguments.
 func (c *Client) EnqueueBun(ctx context.Context, db bun.IDB, ev Event) (EnqueueResult, error) {
 	return first(c.EnqueueManyBun(ctx, db, []Event{ev}))
 }
