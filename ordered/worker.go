@@ -813,7 +813,7 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 	// connection on the very server connection that ran its LISTEN, and deliver it.
 	probe := fmt.Sprintf("probe %s %x", w.schema, rand.Uint64())
 	if err := store.ListenProbe(ctx, w.client.db, probe); err != nil {
-		return true, err
+		return false, err // as if the LISTEN had failed: back off
 	}
 	probeCtx, cancel := context.WithTimeout(ctx, listenProbeTimeout)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,4 +209,21 @@ func checkRunLog(t *testing.T, log string, keys, seqs int) {
 	}
 	require.Equal(t, 2, strings.Count(log, "bad 1 1\n"), "bad/1 ran, was replayed and ran again")
 	require.True(t, seen["bad/2"], "bad/2 ran after the skip")
+}
+
+// A bad --pooler, and an exec mode in the URL that cannot work behind a transaction pooler,
+// are one-line errors.
+func TestPoolerFlagErrors(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "", "", "--pooler", "statement", "status")
+	requireOneLineError(t, r)
+	require.Contains(t, r.stderr, "want none, session or transaction")
+	u, err := url.Parse(orderedtest.DatabaseURL())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("default_query_exec_mode", "describe_exec")
+	u.RawQuery = q.Encode()
+	r = runCLI(t, u.String(), "", "--pooler", "transaction", "status")
+	requireOneLineError(t, r)
+	require.Contains(t, r.stderr, "describe_exec does not work behind a transaction pooler")
 }
