@@ -33,8 +33,11 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	cc := pool.Config().ConnConfig
-	mode := execMode(c.Pooler, cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity > 0)
+	var mode pgx.QueryExecMode
+	if c.Pooler == PoolerTransaction && pool != nil {
+		cc := pool.Config().ConnConfig
+		mode = execMode(c.Pooler, cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity > 0)
+	}
 	return &Client{pool: pool, db: store.WithExecMode(pool, mode), mode: mode, cfg: c}, nil
 }
 

@@ -815,8 +815,11 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 	if err := store.ListenProbe(ctx, w.client.db, probe); err != nil {
 		return false, err // as if the LISTEN had failed: back off
 	}
-	probeCtx, cancel := context.WithTimeout(ctx, listenProbeTimeout)
+	// The timer stops once the probe is in; the wait then goes on with ctx alone.
+	probeCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	timer := time.AfterFunc(listenProbeTimeout, cancel)
+	defer timer.Stop()
 	for waitCtx := probeCtx; ; {
 		n, err := conn.WaitForNotification(waitCtx)
 		if err != nil {
@@ -829,6 +832,7 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 		case w.schema:
 			w.signal()
 		case probe:
+			timer.Stop()
 			waitCtx = ctx
 		}
 	}
