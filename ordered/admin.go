@@ -39,7 +39,7 @@ func (c *Client) FailedJobs(ctx context.Context, p FailedJobsParams) ([]FailedJo
 	if p.Key != "" {
 		key = &p.Key
 	}
-	rows, err := store.JobFailedList(ctx, c.pool, key, cmpOr(p.Limit, 100))
+	rows, err := store.JobFailedList(ctx, c.db, key, cmpOr(p.Limit, 100))
 	if err != nil {
 		return nil, fmt.Errorf("ordered: list failed jobs: %w", err)
 	}
@@ -69,7 +69,7 @@ type BlockedKey struct {
 
 // BlockedKeys lists up to limit blocked keys (default 100).
 func (c *Client) BlockedKeys(ctx context.Context, limit int) ([]BlockedKey, error) {
-	rows, err := store.KeyBlockedList(ctx, c.pool, cmpOr(limit, 100))
+	rows, err := store.KeyBlockedList(ctx, c.db, cmpOr(limit, 100))
 	if err != nil {
 		return nil, fmt.Errorf("ordered: list blocked keys: %w", err)
 	}
@@ -94,7 +94,7 @@ type ReplayParams struct {
 // the key's later jobs. ErrReplayOutOfOrder: later jobs already ran (use Force);
 // ErrLaterJobRunning: a later job is running now; ErrNotFailed: no such failed job.
 func (c *Client) Replay(ctx context.Context, id int64, p ReplayParams) error {
-	if err := store.JobReplay(ctx, c.pool, id, p.Force); err != nil {
+	if err := store.JobReplay(ctx, c.db, id, p.Force); err != nil {
 		return mapDBError(err)
 	}
 	return nil
@@ -104,7 +104,7 @@ func (c *Client) Replay(ctx context.Context, id int64, p ReplayParams) error {
 // key's next job may run. released is false when the job held nothing (it failed under the
 // skip policy, or was skipped before): nothing changed. ErrNotFailed: no such failed job.
 func (c *Client) Skip(ctx context.Context, id int64) (released bool, err error) {
-	released, err = store.JobSkip(ctx, c.pool, id)
+	released, err = store.JobSkip(ctx, c.db, id)
 	if err != nil {
 		return false, mapDBError(err)
 	}
@@ -127,14 +127,14 @@ type Stats struct {
 // Stats counts the queue's jobs. It reads the whole table: on a deep queue, call it no more
 // often than a worker's maintenance pass, which shares its counts as gauges.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	return statsOf(store.QueueStatsGet(ctx, c.pool))
+	return statsOf(store.QueueStatsGet(ctx, c.db))
 }
 
 // sharedStats returns counts that any worker took at most maxAge ago (see
 // ordered_stats_shared), so that the workers of a queue count its jobs once per interval
 // between them.
 func (c *Client) sharedStats(ctx context.Context, maxAge time.Duration) (Stats, error) {
-	return statsOf(store.QueueStatsShared(ctx, c.pool, maxAge))
+	return statsOf(store.QueueStatsShared(ctx, c.db, maxAge))
 }
 
 func statsOf(s store.QueueStats, err error) (Stats, error) {
@@ -176,7 +176,7 @@ const ArchiveBatchDefault = 1000
 // no-op (EnqueueResult.Archived) rather than running it again. Safe to run from many
 // processes at once.
 func (c *Client) Archive(ctx context.Context, p ArchiveParams) (int, error) {
-	n, err := store.JobArchive(ctx, c.pool, max(p.OlderThan, 0), cmpOr(p.Limit, ArchiveBatchDefault))
+	n, err := store.JobArchive(ctx, c.db, max(p.OlderThan, 0), cmpOr(p.Limit, ArchiveBatchDefault))
 	if err != nil {
 		return 0, fmt.Errorf("ordered: archive: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
@@ -15,6 +16,9 @@ import (
 // the admin operations. It is safe for concurrent use.
 type Client struct {
 	pool *pgxpool.Pool
+	// db is pool with every statement in mode: what the client's statements run on.
+	db   store.DBTX
+	mode pgx.QueryExecMode
 	cfg  *Config
 
 	backlogMu      sync.Mutex
@@ -29,8 +33,16 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, cfg: c}, nil
+	var mode pgx.QueryExecMode
+	if c.Pooler == PoolerTransaction && pool != nil {
+		cc := pool.Config().ConnConfig
+		mode = execMode(c.Pooler, cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity > 0)
+	}
+	return &Client{pool: pool, db: store.WithExecMode(pool, mode), mode: mode, cfg: c}, nil
 }
+
+// in returns db (a caller's transaction) with the client's exec mode.
+func (c *Client) in(db store.DBTX) store.DBTX { return store.WithExecMode(db, c.mode) }
 
 // Config returns the client's configuration, with defaults filled in.
 func (c *Client) Config() Config { return *c.cfg }
@@ -44,7 +56,7 @@ func (c *Client) admit(ctx context.Context, n int) error {
 	defer c.backlogMu.Unlock()
 	if time.Since(c.backlogChecked) >= BacklogCheckInterval ||
 		c.backlog+int64(n) > c.cfg.MaxBacklog {
-		count, err := store.QueueBacklog(ctx, c.pool)
+		count, err := store.QueueBacklog(ctx, c.db)
 		if err != nil {
 			return fmt.Errorf("ordered: count backlog: %w", err)
 		}

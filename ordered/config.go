@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/orderedq/ordered/policy"
 )
 
@@ -60,6 +62,78 @@ type Config struct {
 
 	// Logger receives the client's structured logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// Pooler says what stands between the client's pool and PostgreSQL. Behind a
+	// transaction-mode pooler (PoolerTransaction) every statement the client runs, on its pool
+	// and in callers' transactions, uses an exec mode that keeps no prepared statement on the
+	// server, and workers poll instead of listening for notifications. Default PoolerNone.
+	Pooler Pooler
+}
+
+// Pooler is the kind of connection pooler, if any, between a Client and PostgreSQL.
+type Pooler int
+
+const (
+	// PoolerNone: the pool connects to PostgreSQL itself.
+	PoolerNone Pooler = iota
+	// PoolerSession: a pooler that gives each client connection a server connection for its
+	// whole life (PgBouncer pool_mode = session). It changes nothing: the same as PoolerNone.
+	PoolerSession
+	// PoolerTransaction: a pooler that may hand each transaction, or each statement outside
+	// one, to a different server connection (PgBouncer pool_mode = transaction), so nothing
+	// that lives in a server session outlasts it: prepared statements, LISTEN, SET, session
+	// advisory locks. The client then runs every statement in pgx's
+	// QueryExecModeCacheDescribe (QueryExecModeExec when the pool's description cache is
+	// disabled), unless the pool's DefaultQueryExecMode is already one of the modes safe
+	// there, and its workers poll (see WorkerConfig.PollOnly).
+	PoolerTransaction
+)
+
+// String is the pooler's name as ParsePooler reads it: "none", "session" or "transaction".
+func (p Pooler) String() string {
+	switch p {
+	case PoolerNone:
+		return "none"
+	case PoolerSession:
+		return "session"
+	case PoolerTransaction:
+		return "transaction"
+	}
+	return fmt.Sprintf("Pooler(%d)", int(p))
+}
+
+// ParsePooler reads a pooler's name: "none" (or empty), "session" or "transaction".
+func ParsePooler(s string) (Pooler, error) {
+	for _, p := range []Pooler{PoolerNone, PoolerSession, PoolerTransaction} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	if s == "" {
+		return PoolerNone, nil
+	}
+	return 0, fmt.Errorf("ordered: unknown pooler %q (want none, session or transaction)", s)
+}
+
+// execMode is the exec mode the client passes with every statement; 0 leaves the pool's own.
+// Behind a transaction pooler a statement must not depend on the server connection of an
+// earlier round trip: the statement cache's named statements do (prepared on one server
+// connection, used on another), and so does QueryExecModeDescribeExec (it describes the
+// unnamed statement in one round trip and executes it in the next). QueryExecModeCacheDescribe
+// parses and executes in the one round trip and keeps binary parameters (the arrays of the
+// claim and completion statements); QueryExecModeExec sends them as text.
+func execMode(p Pooler, poolMode pgx.QueryExecMode, describeCache bool) pgx.QueryExecMode {
+	if p != PoolerTransaction {
+		return 0
+	}
+	switch poolMode {
+	case pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		return 0
+	}
+	if !describeCache {
+		return pgx.QueryExecModeExec
+	}
+	return pgx.QueryExecModeCacheDescribe
 }
 
 // BacklogCheckInterval is how often admission control recounts the queued jobs.
@@ -96,6 +170,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("ordered: Config.MaxKeyBytes %d must be between 1 and %d", c.MaxKeyBytes, MaxKeyBytesMax)
 	case c.MaxBacklog < 0:
 		return fmt.Errorf("ordered: Config.MaxBacklog %d must not be negative", c.MaxBacklog)
+	case c.Pooler < PoolerNone || c.Pooler > PoolerTransaction:
+		return fmt.Errorf("ordered: Config.Pooler %v is not a known pooler", c.Pooler)
 	case c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > MaxPayloadBytesMax:
 		return fmt.Errorf("ordered: Config.MaxPayloadBytes %d must be between 1 and %d", c.MaxPayloadBytes, MaxPayloadBytesMax)
 	}

@@ -27,4 +27,12 @@
 // Client.FailedJobs, BlockedKeys, Replay, Skip, Archive and Stats are the admin operations;
 // the ordered command exposes them on the command line. Package schema migrates the database,
 // package orderedtest gives tests a fresh queue, and package history checks recorded runs.
+//
+// # Connection poolers
+//
+// Behind a session-mode pooler nothing changes. Behind a transaction-mode pooler (PgBouncer
+// pool_mode = transaction) set Config.Pooler to PoolerTransaction: the client's statements
+// then keep nothing on the server between round trips, and workers poll instead of
+// listening. A worker needs its pool's connections plus one LISTEN connection of its own
+// (none when it polls).
 package ordered

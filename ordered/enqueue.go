@@ -61,7 +61,7 @@ func (c *Client) Enqueue(ctx context.Context, ev Event) (EnqueueResult, error) {
 
 // EnqueueMany enqueues a batch in one transaction: all of it or, on any error, none of it.
 func (c *Client) EnqueueMany(ctx context.Context, events []Event) ([]EnqueueResult, error) {
-	return c.enqueue(ctx, c.pool, events)
+	return c.enqueue(ctx, c.db, events)
 }
 
 // EnqueueTx enqueues one event inside tx, so it commits or rolls back with the caller's own
@@ -78,7 +78,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) (
 }
 
 // EnqueueBun enqueues one event through bun: inside db's transaction when db is a bun.Tx,
-// else in a transaction of its own.
+// else in a transaction of its own. Under Config.Pooler PoolerTransaction, bun must run on
+// pgx's database/sql driver (stdlib), which takes the statement's exec mode from its
+// arguments.
 func (c *Client) EnqueueBun(ctx context.Context, db bun.IDB, ev Event) (EnqueueResult, error) {
 	return first(c.EnqueueManyBun(ctx, db, []Event{ev}))
 }
@@ -97,7 +99,7 @@ func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event)
 		return nil, err
 	}
 	run := func(tx *sql.Tx) ([]store.EnqueuedJob, error) {
-		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, string(batchJSON)))
+		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON))...))
 	}
 	var rows []store.EnqueuedJob
 	switch tx := db.(type) {
@@ -126,7 +128,7 @@ func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	rows, err := store.JobEnqueueMany(ctx, db, &b.columns)
+	rows, err := store.JobEnqueueMany(ctx, c.in(db), &b.columns)
 	if err != nil {
 		return nil, b.dbError(err)
 	}

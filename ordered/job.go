@@ -88,7 +88,7 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 		return nil, fmt.Errorf("ordered: claim limit %d must be at least 1", limit)
 	}
 	sent := time.Now()
-	rows, err := store.JobClaimMany(ctx, c.pool, limit, c.cfg.Lease)
+	rows, err := store.JobClaimMany(ctx, c.db, limit, c.cfg.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("ordered: claim: %w", err)
 	}
@@ -117,7 +117,7 @@ func claimedJobs(rows []store.ClaimedJob, sent time.Time) []*Job {
 // database whether the completion committed all the same (the connection failed after the
 // commit).
 func (c *Client) Complete(ctx context.Context, job *Job) error {
-	err := c.complete(ctx, c.pool, job)
+	err := c.complete(ctx, c.db, job)
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		if lost, _, committed := c.batchOutcome(ctx, []*Job{job}, false); committed && len(lost) == 0 {
 			return nil
@@ -143,7 +143,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, job *Job) error {
 }
 
 func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
-	done, _, err := store.JobCompleteMany(ctx, db, []int64{job.ID}, []int64{job.ClaimVersion}, 0, 0)
+	done, _, err := store.JobCompleteMany(ctx, c.in(db), []int64{job.ID}, []int64{job.ClaimVersion}, 0, 0)
 	if err != nil {
 		return fmt.Errorf("ordered: complete job %d: %w", job.ID, err)
 	}
@@ -175,7 +175,7 @@ func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit i
 	ids, versions := claimsOf(jobs)
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		done, claimed, err := store.JobCompleteMany(ctx, c.pool, ids, versions, limit, c.cfg.Lease)
+		done, claimed, err := store.JobCompleteMany(ctx, c.db, ids, versions, limit, c.cfg.Lease)
 		if err == nil {
 			return lostOf(jobs, done), claimedJobs(claimed, sent), nil
 		}
@@ -210,7 +210,7 @@ func (c *Client) batchOutcome(ctx context.Context, jobs []*Job, claimedNext bool
 	}
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		done, claimed, err := store.JobBatchOutcome(ctx, c.pool, ids, versions, keys, c.cfg.Lease)
+		done, claimed, err := store.JobBatchOutcome(ctx, c.db, ids, versions, keys, c.cfg.Lease)
 		// It locks the keys as a completion does, so it can deadlock as one can with a
 		// transaction that enqueues to several keys out of key order; it rolled back whole.
 		if err != nil && attempt < completeAttempts && isTransient(err) && ctx.Err() == nil {
@@ -255,7 +255,7 @@ func (c *Client) releaseUnrun(ctx context.Context, job *Job, handlerErr error) e
 		t := errorText(handlerErr)
 		text = &t
 	}
-	ok, err := store.JobReleaseUnrun(ctx, c.pool, job.ID, job.ClaimVersion, text)
+	ok, err := store.JobReleaseUnrun(ctx, c.db, job.ID, job.ClaimVersion, text)
 	if err != nil {
 		return fmt.Errorf("ordered: release job %d: %w", job.ID, err)
 	}
@@ -268,7 +268,7 @@ func (c *Client) releaseUnrun(ctx context.Context, job *Job, handlerErr error) e
 // Renew extends the job's lease to Config.Lease from now and returns the new expiry.
 // ErrLeaseLost: the claim is no longer current; stop working on the job.
 func (c *Client) Renew(ctx context.Context, job *Job) (time.Time, error) {
-	until, ok, err := store.LeaseExtend(ctx, c.pool, job.ID, job.ClaimVersion, c.cfg.Lease)
+	until, ok, err := store.LeaseExtend(ctx, c.db, job.ID, job.ClaimVersion, c.cfg.Lease)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("ordered: renew job %d: %w", job.ID, err)
 	}
@@ -290,7 +290,7 @@ func (c *Client) RetryAfter(ctx context.Context, job *Job, delay time.Duration, 
 	if job.Attempt >= job.MaxAttempts {
 		return c.fail(ctx, job, cause, true)
 	}
-	ok, err := store.JobReleaseForRetry(ctx, c.pool, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
+	ok, err := store.JobReleaseForRetry(ctx, c.db, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
 	if err != nil {
 		return OutcomeNone, fmt.Errorf("ordered: retry job %d: %w", job.ID, err)
 	}
@@ -312,7 +312,7 @@ func (c *Client) fail(ctx context.Context, job *Job, cause error, exhausted bool
 		JobID: job.ID, Key: job.Key, Seq: job.Seq, Kind: job.Kind,
 		Attempts: job.Attempt, MaxAttempts: job.MaxAttempts, Err: cause, Exhausted: exhausted,
 	})
-	ok, err := store.JobFailIfClaimed(ctx, c.pool, store.JobFailParams{
+	ok, err := store.JobFailIfClaimed(ctx, c.db, store.JobFailParams{
 		ID: job.ID, Version: job.ClaimVersion, Error: errorText(cause), Block: decision == policy.Block,
 	})
 	if err != nil {
@@ -336,7 +336,7 @@ func (c *Client) failExhausted(ctx context.Context, limit int, onFail func(polic
 	if limit < 1 {
 		limit = ExhaustedBatchDefault
 	}
-	jobs, err := store.JobExhaustedList(ctx, c.pool, limit)
+	jobs, err := store.JobExhaustedList(ctx, c.db, limit)
 	if err != nil {
 		return 0, fmt.Errorf("ordered: list exhausted jobs: %w", err)
 	}
@@ -347,7 +347,7 @@ func (c *Client) failExhausted(ctx context.Context, limit int, onFail func(polic
 			JobID: j.ID, Key: j.Key, Seq: j.Seq, Kind: j.Kind, Attempts: j.Attempts,
 			MaxAttempts: j.MaxAttempts, Err: cause, Exhausted: true, LeaseExpired: true,
 		})
-		ok, err := store.JobFailIfClaimed(ctx, c.pool, store.JobFailParams{
+		ok, err := store.JobFailIfClaimed(ctx, c.db, store.JobFailParams{
 			ID: j.ID, Version: j.ClaimVersion, Error: errorText(cause),
 			Block: decision == policy.Block, Expired: true,
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/sourcegraph/conc"
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/orderedq/ordered/ordered/internal/store"
 	"github.com/orderedq/ordered/policy"
 	"github.com/orderedq/ordered/schema"
 )
@@ -58,7 +59,11 @@ type WorkerConfig struct {
 	// PollInterval is how often an idle worker looks for work when no notification wakes it
 	// (notifications are not durable); each wait is jittered. Default PollIntervalDefault.
 	PollInterval time.Duration
-	// PollOnly disables LISTEN/NOTIFY, for connections through a transaction-mode pooler.
+	// PollOnly disables LISTEN/NOTIFY: the worker then looks for work every PollInterval.
+	// Without it the worker holds one more connection than its pool's, outside the pool, for
+	// LISTEN. Behind a transaction-mode pooler a worker polls whatever PollOnly says: set
+	// Config.Pooler, or else it notices (its own notification does not arrive), warns and
+	// stops listening.
 	PollOnly bool
 	// HeartbeatInterval is how often a running job's lease is renewed. Default Lease/3.
 	HeartbeatInterval time.Duration
@@ -186,7 +191,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Outside the lock: a Stop meanwhile returns when its ctx ends, not when this query does.
 	// The query also checks that the schema is migrated, so that a worker on an unmigrated
 	// database fails here, not at every claim.
-	current, err := schema.CurrentSchema(ctx, w.client.pool)
+	current, err := schema.CurrentSchema(ctx, w.client.db)
 
 	w.lifecycle.Lock()
 	defer w.lifecycle.Unlock()
@@ -813,11 +818,27 @@ func (w *Worker) lostOwnership(job *Job, herr error) {
 		slogJob(job.ID, job.Key, job.Seq), "attempt", job.Attempt, "handler_error", herr)
 }
 
+// listenLoop holds a LISTEN connection that wakes the fetch loop on enqueues. Behind a
+// transaction pooler (Config.Pooler) there is none: a LISTEN there lasts one transaction and
+// its notifications go to no one, so the worker polls. When the pooler is not declared, each
+// connection checks that a notification it sends itself arrives within listenProbeTimeout;
+// if not, it warns once and leaves the worker polling, which it does all along anyway.
 func (w *Worker) listenLoop(ctx context.Context) {
+	if w.client.cfg.Pooler == PoolerTransaction {
+		w.log.Info("ordered: behind a transaction pooler: polling for jobs, not listening for notifications",
+			"poll_interval", w.cfg.PollInterval)
+		return
+	}
 	backoff := policy.Exponential{Base: 50 * time.Millisecond, Max: 5 * time.Second}
 	for failures := 0; ctx.Err() == nil; {
 		listened, err := w.listen(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNotificationsLost) {
+			w.log.Warn("ordered: the notification listener receives no notifications (is this a transaction-mode "+
+				"pooler? then set Config.Pooler to PoolerTransaction); polling for jobs instead",
+				"poll_interval", w.cfg.PollInterval, "waited", listenProbeTimeout)
 			return
 		}
 		if listened {
@@ -832,8 +853,15 @@ func (w *Worker) listenLoop(ctx context.Context) {
 	}
 }
 
+// listenProbeTimeout bounds the wait for the notification a listener sends itself. Polling
+// goes on meanwhile, so a slow answer costs nothing but the wait.
+const listenProbeTimeout = 10 * time.Second
+
+// errNotificationsLost: a listener's own notification did not arrive in time.
+var errNotificationsLost = errors.New("ordered: notification not received")
+
 // listen holds one LISTEN connection until it fails or ctx ends. listened reports whether the
-// LISTEN itself succeeded.
+// LISTEN itself succeeded; errNotificationsLost, that the connection receives no notifications.
 func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, w.client.pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -844,13 +872,31 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 		return false, err
 	}
 	w.signal() // notifications sent while we were not listening are lost: look now
-	for {
-		n, err := conn.WaitForNotification(ctx)
+	// Sent through the pool, not on this connection: a pooler could run a NOTIFY of this
+	// connection on the very server connection that ran its LISTEN, and deliver it.
+	probe := fmt.Sprintf("probe %s %x", w.schema, rand.Uint64())
+	if err := store.ListenProbe(ctx, w.client.db, probe); err != nil {
+		return false, err // as if the LISTEN had failed: back off
+	}
+	// The timer stops once the probe is in; the wait then goes on with ctx alone.
+	probeCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(listenProbeTimeout, cancel)
+	defer timer.Stop()
+	for waitCtx := probeCtx; ; {
+		n, err := conn.WaitForNotification(waitCtx)
 		if err != nil {
+			if waitCtx == probeCtx && ctx.Err() == nil && probeCtx.Err() != nil {
+				return true, errNotificationsLost
+			}
 			return true, err
 		}
-		if n.Payload == w.schema {
+		switch n.Payload {
+		case w.schema:
 			w.signal()
+		case probe:
+			timer.Stop()
+			waitCtx = ctx
 		}
 	}
 }

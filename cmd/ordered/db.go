@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/ordered"
@@ -36,6 +37,9 @@ func (a *app) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	if err := a.pooler.configure(cfg.ConnConfig); err != nil {
+		return nil, err
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ordered"
@@ -69,10 +73,50 @@ func (a *app) client(ctx context.Context, cfg *ordered.Config, maxConns int32) (
 		pool.Close()
 		return nil, nil, err
 	}
-	c, err := ordered.NewClient(pool, cfg)
+	withPooler := ordered.Config{}
+	if cfg != nil {
+		withPooler = *cfg
+	}
+	withPooler.Pooler = a.pooler.Pooler
+	c, err := ordered.NewClient(pool, &withPooler)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
 	return c, pool, nil
+}
+
+// poolerFlag is --pooler: what stands between the CLI and PostgreSQL.
+type poolerFlag struct{ ordered.Pooler }
+
+func (f *poolerFlag) Set(s string) error {
+	p, err := ordered.ParsePooler(s)
+	if err != nil {
+		return errors.New("want none, session or transaction")
+	}
+	f.Pooler = p
+	return nil
+}
+
+func (f *poolerFlag) Type() string { return "none|session|transaction" }
+
+// configure makes cc's statements safe behind the pooler: behind a transaction pooler, none
+// may rely on a statement prepared by an earlier round trip, so the statement cache's default
+// mode gives way to QueryExecModeCacheDescribe (Exec without a description cache). A mode the
+// URL chose (default_query_exec_mode) that is safe there is kept.
+func (f *poolerFlag) configure(cc *pgx.ConnConfig) error {
+	if f.Pooler != ordered.PoolerTransaction {
+		return nil
+	}
+	switch cc.DefaultQueryExecMode {
+	case pgx.QueryExecModeDescribeExec:
+		return errors.New("database URL: default_query_exec_mode=describe_exec does not work behind a transaction pooler " +
+			"(it describes a statement and runs it in two round trips, which may reach different server connections)")
+	case pgx.QueryExecModeCacheStatement:
+		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		if cc.DescriptionCacheCapacity == 0 {
+			cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
+	}
+	return nil
 }

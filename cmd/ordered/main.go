@@ -63,6 +63,7 @@ func escapeUnprintable(s string) string {
 // app holds what every subcommand shares.
 type app struct {
 	databaseURL string
+	pooler      poolerFlag
 	stdin       io.Reader
 	stdout      io.Writer
 	stderr      io.Writer
@@ -88,6 +89,8 @@ migrated to this version: run ordered migrate first.`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "",
 		"libpq connection URL (default $DATABASE_URL, then the libpq defaults)")
+	root.PersistentFlags().Var(&a.pooler, "pooler",
+		"connection pooler in front of PostgreSQL; transaction: no prepared statements, work polls")
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		a.migrateCmd(),

@@ -100,7 +100,7 @@ SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stop
 	f.IntVar(&maxAttempts, "max-attempts", ordered.MaxAttemptsDefault, "a job fails for good after this many attempts (or fewer, if it was enqueued with fewer)")
 	f.StringVar(&policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
 	f.DurationVar(&poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
-	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN (for transaction-mode poolers)")
+	f.BoolVar(&pollOnly, "poll-only", false, "do not LISTEN; poll every --poll (implied by --pooler transaction)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.DurationVar(&killGrace, "kill-grace", 0, "how long COMMAND's processes get between SIGTERM and SIGKILL (at most --lease/2; default 5s or --lease/6, whichever is shorter)")
 	f.BoolVar(&databaseEnv, "exec-database-env", false, "give COMMAND the worker's DATABASE_URL (--database-url when set) and PG* variables")

@@ -60,6 +60,46 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// WithExecMode returns db with every statement run in mode, which pgx takes from a
+// statement's first argument; mode 0 returns db as it is. It is how a client behind a
+// transaction-mode pooler keeps every statement it runs, on its pool or in a caller's
+// transaction, from relying on server-side session state.
+func WithExecMode(db DBTX, mode pgx.QueryExecMode) DBTX {
+	if m, ok := db.(modeDB); ok {
+		db = m.db
+	}
+	if mode == 0 {
+		return db
+	}
+	return modeDB{db: db, mode: mode}
+}
+
+// ModeArgs returns args with mode first, as pgx reads it (also through database/sql with
+// pgx's stdlib driver); mode 0 returns args as they are.
+func ModeArgs(mode pgx.QueryExecMode, args ...any) []any {
+	if mode == 0 {
+		return args
+	}
+	return append([]any{mode}, args...)
+}
+
+type modeDB struct {
+	db   DBTX
+	mode pgx.QueryExecMode
+}
+
+func (m modeDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return m.db.Exec(ctx, sql, ModeArgs(m.mode, args...)...)
+}
+
+func (m modeDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return m.db.Query(ctx, sql, ModeArgs(m.mode, args...)...)
+}
+
+func (m modeDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return m.db.QueryRow(ctx, sql, ModeArgs(m.mode, args...)...)
+}
+
 // ClaimedJob is a row returned by JobClaimMany.
 type ClaimedJob struct {
 	ID           int64
@@ -362,6 +402,7 @@ func scanStats(row pgx.Row) (QueueStats, error) {
 }
 
 var (
+	listenProbeSQL  = query("listen_probe.sql")
 	jobArchiveSQL   = query("job_archive.sql")
 	queueBacklogSQL = query("queue_backlog.sql")
 )
@@ -378,4 +419,10 @@ func QueueBacklog(ctx context.Context, db DBTX) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, queueBacklogSQL).Scan(&n)
 	return n, err
+}
+
+// ListenProbe sends a notification with payload on the channel workers listen on.
+func ListenProbe(ctx context.Context, db DBTX, payload string) error {
+	_, err := db.Exec(ctx, listenProbeSQL, payload)
+	return err
 }
