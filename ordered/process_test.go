@@ -545,7 +545,9 @@ func TestProcessKilledMidJobIsTakenOverAfterLease(t *testing.T) {
 // is evaluated, and refused, after B's claim, while A is still stopped.
 func TestProcessPausedPastLeaseIsFenced(t *testing.T) {
 	t.Parallel()
-	const lease, poll = time.Second, 100 * time.Millisecond
+	// Long enough that a renewal slowed by a busy machine does not run into the worker's own
+	// fence (which cancels the handler and frees A's slot before the test pauses it).
+	const lease, poll = 3 * time.Second, 100 * time.Millisecond
 	cfg := processConfig{Lease: lease, Poll: poll, Workers: 2}
 	// One slot: A cannot reclaim its own job, should a heartbeat come late on a loaded machine.
 	cfgA := cfg
