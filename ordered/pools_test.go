@@ -2,12 +2,14 @@ package ordered_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -28,59 +30,90 @@ func (b *testBundle) smallPool(t *testing.T, maxConns int32, appName string) *pg
 }
 
 // Handlers that hold every connection of the client's pool for longer than the lease do not
-// starve the worker's lease renewals: each job runs once and is done.
+// starve the worker's lease renewals: each job runs once and is done. Both kinds of handler:
+// a TxHandlerFunc's transaction, and a HandlerFunc that queries the same pool.
 func TestWorkerRenewsLeasesWhileHandlersHoldThePool(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	const lease, jobs, workers = 2 * time.Second, 16, 16
-	logger, _ := testLogger(t)
-	small := b.smallPool(t, 4, b.queue.Schema+"_small")
-	c, err := ordered.NewClient(small, &ordered.Config{Lease: lease, Logger: logger})
-	require.NoError(t, err)
-	keys := make([]string, jobs)
-	for i := range keys {
-		keys[i] = "k" + string(rune('a'+i))
-		b.enqueue(t, keys[i], 1)
-	}
-	var mu sync.Mutex
-	runs := map[int64]int{}
-	startWorker(t, b, c, ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, j *ordered.Job) error {
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+	const lease = 2 * time.Second
+	// hold keeps one of pool's connections, or tx's, for longer than the lease: the job is
+	// lost unless its lease is renewed meanwhile.
+	hold := func(ctx context.Context, db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		if _, err := db.Exec(ctx, `SELECT 1`); err != nil {
 			return err
 		}
-		// Longer than the lease: the job is lost unless its lease is renewed meanwhile.
 		select {
 		case <-time.After(lease * 3 / 2):
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-	}), &ordered.WorkerConfig{Workers: workers, PollInterval: 50 * time.Millisecond})
-
-	waitFor(t, 90*time.Second, "every job settled", func() bool {
-		var unsettled int
-		require.NoError(t, b.pool.QueryRow(b.ctx,
-			`SELECT count(*) FROM ordered_jobs WHERE status NOT IN ('done', 'failed')`).Scan(&unsettled))
-		return unsettled == 0
-	})
-	rows, err := b.pool.Query(b.ctx, `SELECT id, status, attempts FROM ordered_jobs ORDER BY id`)
-	require.NoError(t, err)
-	type row struct {
-		ID       int64
-		Status   string
-		Attempts int
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-	require.NoError(t, err)
-	require.Len(t, got, jobs)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, r := range got {
-		require.Equal(t, row{ID: r.ID, Status: "done", Attempts: 1}, r, "job %d", r.ID)
-		require.Equal(t, 1, runs[r.ID], "handler runs of job %d", r.ID)
+	for _, tc := range []struct {
+		name    string
+		handler func(pool *pgxpool.Pool, ran func(*ordered.Job)) ordered.Handler
+	}{
+		{"TxHandlerFunc", func(_ *pgxpool.Pool, ran func(*ordered.Job)) ordered.Handler {
+			return ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, j *ordered.Job) error {
+				ran(j)
+				return hold(ctx, tx)
+			})
+		}},
+		{"HandlerFunc on the pool", func(pool *pgxpool.Pool, ran func(*ordered.Job)) ordered.Handler {
+			return ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+				ran(j)
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				defer conn.Release()
+				return hold(ctx, conn)
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			const jobs, workers = 16, 16
+			logger, _ := testLogger(t)
+			small := b.smallPool(t, 4, b.queue.Schema+"_small")
+			c, err := ordered.NewClient(small, &ordered.Config{Lease: lease, Logger: logger})
+			require.NoError(t, err)
+			for i := range jobs {
+				b.enqueue(t, fmt.Sprintf("k%d", i), 1)
+			}
+			var mu sync.Mutex
+			runs := map[int64]int{}
+			startWorker(t, b, c, tc.handler(small, func(j *ordered.Job) {
+				mu.Lock()
+				runs[j.ID]++
+				mu.Unlock()
+			}), &ordered.WorkerConfig{Workers: workers, PollInterval: 50 * time.Millisecond})
+
+			waitFor(t, 90*time.Second, "every job settled", func() bool {
+				var unsettled int
+				require.NoError(t, b.pool.QueryRow(b.ctx,
+					`SELECT count(*) FROM ordered_jobs WHERE status NOT IN ('done', 'failed')`).Scan(&unsettled))
+				return unsettled == 0
+			})
+			rows, err := b.pool.Query(b.ctx, `SELECT id, status, attempts FROM ordered_jobs ORDER BY id`)
+			require.NoError(t, err)
+			type row struct {
+				ID       int64
+				Status   string
+				Attempts int
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+			require.NoError(t, err)
+			require.Len(t, got, jobs)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range got {
+				require.Equal(t, row{ID: r.ID, Status: "done", Attempts: 1}, r, "job %d", r.ID)
+				require.Equal(t, 1, runs[r.ID], "handler runs of job %d", r.ID)
+			}
+		})
 	}
 }
 
