@@ -134,7 +134,7 @@ func (c *completer) settle(batch []completion) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.w.settleTimeout)
 		defer cancel()
 		for _, b := range batch {
-			b.result <- completionResult{err: c.w.client.Complete(ctx, b.job)}
+			b.result <- completionResult{err: c.w.db.Complete(ctx, b.job)}
 		}
 		return
 	}
@@ -166,5 +166,5 @@ func (c *completer) completeBatch(jobs []*Job) (lost, next []*Job, err error) {
 	if c.w.fetching() {
 		limit = len(jobs)
 	}
-	return c.w.client.completeManyClaimNext(ctx, jobs, limit)
+	return c.w.db.completeManyClaimNext(ctx, jobs, limit)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sourcegraph/conc"
 	"github.com/sourcegraph/conc/pool"
@@ -44,7 +45,24 @@ const (
 	archiveBatchesPerPass = 10
 )
 
+// WorkerPoolConns is the size of the pool a worker opens for its own statements, apart from
+// its handlers: one for the claim (the fetch loop runs one at a time), completeFlushesMax for
+// the completion batches in flight, one for maintenance, and two that the per-job statements
+// share (lease renewals, retries, failures, give-backs), which are single-row and short, so a
+// burst of them waits milliseconds, never a handler.
+const WorkerPoolConns = 1 + completeFlushesMax + 1 + 2
+
 // WorkerConfig configures a Worker. Zero fields take their defaults.
+//
+// Connections: a started worker runs its own statements (claims, lease renewals, completion
+// batches, retries, give-backs, maintenance) through a pool of its own of WorkerPoolConns
+// connections, opened at Start from a copy of the client's pool's config (so its exec mode and
+// hooks come along) and closed at Stop, so that handlers never starve them; without PollOnly
+// it also holds one LISTEN connection. Handlers use the client's pool: a TxHandlerFunc holds
+// one of its connections for the whole handler, so that pool needs MaxConns of at least
+// Workers (NewWorker warns when it is smaller; the handlers then wait for connections, their
+// leases renewed), plus whatever the application's own queries take. In all, a worker costs
+// the server WorkerPoolConns + 1 connections beyond the client's pool.
 type WorkerConfig struct {
 	// Workers is how many handlers run at once. Default WorkersDefault. A job whose handler
 	// succeeded waits for its completion batch without taking one of them (its lease is
@@ -90,7 +108,10 @@ type WorkerConfig struct {
 // Worker runs a Handler over the queue's jobs: it claims what it can start now, renews the
 // leases of running jobs, settles their outcome, and does the queue's maintenance.
 type Worker struct {
+	// client is the user's: its pool serves the handlers. db is the same client on the
+	// worker's own pool, which runs every statement of the worker's (set at Start).
 	client  *Client
+	db      *Client
 	handler Handler
 	cfg     WorkerConfig
 	log     *slog.Logger
@@ -164,6 +185,14 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ordered: register metrics: %w", err)
 	}
+	if _, tx := h.(TxHandlerFunc); tx {
+		if conns := int(c.pool.Stat().MaxConns()); conns < wc.Workers {
+			// A warning, not an error: pgxpool's default MaxConns is below WorkersDefault, and
+			// a short pool only makes handlers wait for a connection.
+			c.cfg.Logger.Warn("ordered: the pool's MaxConns is below WorkerConfig.Workers: TxHandlerFunc handlers will wait for connections",
+				"max_conns", conns, "workers", wc.Workers)
+		}
+	}
 	return &Worker{
 		client: c, handler: h, cfg: wc, log: c.cfg.Logger, metrics: m,
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, wc.Workers), stopped: make(chan struct{}),
@@ -191,19 +220,25 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Outside the lock: a Stop meanwhile returns when its ctx ends, not when this query does.
 	// The query also checks that the schema is migrated, so that a worker on an unmigrated
 	// database fails here, not at every claim.
-	current, err := schema.CurrentSchema(ctx, w.client.db)
+	db, err := w.openPool(ctx)
+	var current string
+	if err == nil {
+		current, err = schema.CurrentSchema(ctx, db.db)
+	}
 
 	w.lifecycle.Lock()
 	defer w.lifecycle.Unlock()
-	switch {
-	case err != nil:
+	if err != nil || w.stopping {
+		if db != nil {
+			db.pool.Close()
+		}
 		close(w.stopped)
-		return err
-	case w.stopping:
-		close(w.stopped)
+		if err != nil {
+			return err
+		}
 		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
 	}
-	w.schema = current
+	w.db, w.schema = db, current
 	base := context.WithoutCancel(ctx)
 	w.fetchCtx, w.fetchCancel = context.WithCancel(base)
 	w.workCtx, w.workCancel = context.WithCancelCause(base)
@@ -241,6 +276,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 				w.jobs.Wait()
 				w.completer.stop()
 				w.workCancel(nil)
+				w.db.pool.Close() // every statement of the worker's has returned
 				close(w.stopped)
 			}()
 		}
@@ -270,6 +306,19 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 
 // Stopped is closed when the worker has stopped and every job it ran is settled.
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// openPool opens the worker's own pool: the client's pool's config, WorkerPoolConns
+// connections, none opened before a statement asks for one.
+func (w *Worker) openPool(ctx context.Context) (*Client, error) {
+	cfg := w.client.pool.Config() // a copy
+	cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns = WorkerPoolConns, 0, 0
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ordered: open the worker's pool: %w", err)
+	}
+	// The same exec mode as the client's: a transaction pooler needs it on every connection.
+	return &Client{pool: p, db: store.WithExecMode(p, w.client.mode), mode: w.client.mode, cfg: w.client.cfg}, nil
+}
 
 // fetching reports whether the worker still takes new jobs (it has not been asked to stop).
 func (w *Worker) fetching() bool { return w.fetchCtx.Err() == nil }
@@ -345,7 +394,7 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 	// Only a claim made while prefetching can hold jobs claimed ahead of the slots.
 	ahead := w.prefetch() > 0
 	start := time.Now()
-	jobs, err := w.client.Claim(ctx, want)
+	jobs, err := w.db.Claim(ctx, want)
 	took := time.Since(start)
 	w.metrics.claimDuration.Observe(took.Seconds())
 	if err != nil {
@@ -621,7 +670,7 @@ func (w *Worker) takeSlot(ctx context.Context, ahead bool) (slotted, waitedTooLo
 func (w *Worker) giveBackUnrun(job *Job) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
 	defer cancel()
-	err := w.client.releaseUnrun(ctx, job, nil)
+	err := w.db.releaseUnrun(ctx, job, nil)
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
 	}
@@ -631,7 +680,7 @@ func (w *Worker) giveBackUnrun(job *Job) error {
 // giveBackStopped releases a job whose handler StopAndCancel cut short (it returned herr),
 // its attempt not counted.
 func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
-	switch err := w.client.releaseUnrun(ctx, job, herr); {
+	switch err := w.db.releaseUnrun(ctx, job, herr); {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostOwnership(job, herr)
 	case err != nil:
@@ -662,7 +711,7 @@ func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseF
 		// the fence is near: the lease is renewed before the job goes on, or the job goes
 		// back unrun (or is lost).
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
-		_, err := w.client.Renew(rctx, job)
+		_, err := w.db.Renew(rctx, job)
 		rcancel()
 		if err != nil {
 			w.log.Warn("ordered: could not renew a lease that the claim's answer took long to bring", slogJob(job.ID, job.Key, job.Seq), "error", err)
@@ -736,7 +785,7 @@ func (h *heartbeat) beat() {
 
 	interval := w.cfg.HeartbeatInterval
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), interval)
-	_, err := w.client.Renew(rctx, job)
+	_, err := w.db.Renew(rctx, job)
 	rcancel()
 
 	h.mu.Lock()
@@ -785,11 +834,11 @@ func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	var retryAfter *retryAfterError
 	switch {
 	case IsPermanent(herr):
-		outcome, err = w.client.Fail(ctx, job, herr)
+		outcome, err = w.db.Fail(ctx, job, herr)
 	case errors.As(herr, &retryAfter):
-		outcome, err = w.client.RetryAfter(ctx, job, retryAfter.delay, herr)
+		outcome, err = w.db.RetryAfter(ctx, job, retryAfter.delay, herr)
 	default:
-		outcome, err = w.client.Retry(ctx, job, herr)
+		outcome, err = w.db.Retry(ctx, job, herr)
 	}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -875,7 +924,7 @@ func (w *Worker) listen(ctx context.Context) (listened bool, err error) {
 	// Sent through the pool, not on this connection: a pooler could run a NOTIFY of this
 	// connection on the very server connection that ran its LISTEN, and deliver it.
 	probe := fmt.Sprintf("probe %s %x", w.schema, rand.Uint64())
-	if err := store.ListenProbe(ctx, w.client.db, probe); err != nil {
+	if err := store.ListenProbe(ctx, w.db.db, probe); err != nil {
 		return false, err // as if the LISTEN had failed: back off
 	}
 	// The timer stops once the probe is in; the wait then goes on with ctx alone.
@@ -917,7 +966,7 @@ func (w *Worker) maintenanceLoop(ctx context.Context) {
 
 // maintain runs one pass of maintenance; every statement is short and bounded.
 func (w *Worker) maintain(ctx context.Context) {
-	n, err := w.client.failExhausted(ctx, ExhaustedBatchDefault, func(d policy.Decision) {
+	n, err := w.db.failExhausted(ctx, ExhaustedBatchDefault, func(d policy.Decision) {
 		w.metrics.failures.WithLabelValues(d.String()).Inc()
 	})
 	if err != nil && ctx.Err() == nil {
@@ -928,7 +977,7 @@ func (w *Worker) maintain(ctx context.Context) {
 	}
 	if w.cfg.Retention >= 0 {
 		for range archiveBatchesPerPass {
-			n, err := w.client.Archive(ctx, ArchiveParams{OlderThan: w.cfg.Retention})
+			n, err := w.db.Archive(ctx, ArchiveParams{OlderThan: w.cfg.Retention})
 			if err != nil {
 				if ctx.Err() == nil {
 					w.log.Error("ordered: maintenance: archiving", "error", err)
@@ -941,7 +990,7 @@ func (w *Worker) maintain(ctx context.Context) {
 		}
 	}
 	// Passes are jittered down to 0.8 intervals apart: counts of that age are recounted.
-	stats, err := w.client.sharedStats(ctx, w.cfg.MaintenanceInterval*4/5)
+	stats, err := w.db.sharedStats(ctx, w.cfg.MaintenanceInterval*4/5)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("ordered: maintenance: stats", "error", err)

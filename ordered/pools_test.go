@@ -1,0 +1,172 @@
+package ordered_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// smallPool is a pool of maxConns connections on the test's queue, its sessions named
+// appName in pg_stat_activity, closed when the test ends.
+func (b *testBundle) smallPool(t *testing.T, maxConns int32, appName string) *pgxpool.Pool {
+	t.Helper()
+	cfg := b.pool.Config()
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	p, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Handlers that hold every connection of the client's pool for longer than the lease do not
+// starve the worker's lease renewals: each job runs once and is done. Both kinds of handler:
+// a TxHandlerFunc's transaction, and a HandlerFunc that queries the same pool.
+func TestWorkerRenewsLeasesWhileHandlersHoldThePool(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	// hold keeps one of pool's connections, or tx's, for longer than the lease: the job is
+	// lost unless its lease is renewed meanwhile.
+	hold := func(ctx context.Context, db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		if _, err := db.Exec(ctx, `SELECT 1`); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(lease * 3 / 2):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		handler func(pool *pgxpool.Pool, ran func(*ordered.Job)) ordered.Handler
+	}{
+		{"TxHandlerFunc", func(_ *pgxpool.Pool, ran func(*ordered.Job)) ordered.Handler {
+			return ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, j *ordered.Job) error {
+				ran(j)
+				return hold(ctx, tx)
+			})
+		}},
+		{"HandlerFunc on the pool", func(pool *pgxpool.Pool, ran func(*ordered.Job)) ordered.Handler {
+			return ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+				ran(j)
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				defer conn.Release()
+				return hold(ctx, conn)
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			const jobs, workers = 16, 16
+			logger, _ := testLogger(t)
+			small := b.smallPool(t, 4, b.queue.Schema+"_small")
+			c, err := ordered.NewClient(small, &ordered.Config{Lease: lease, Logger: logger})
+			require.NoError(t, err)
+			for i := range jobs {
+				b.enqueue(t, fmt.Sprintf("k%d", i), 1)
+			}
+			var mu sync.Mutex
+			runs := map[int64]int{}
+			startWorker(t, b, c, tc.handler(small, func(j *ordered.Job) {
+				mu.Lock()
+				runs[j.ID]++
+				mu.Unlock()
+			}), &ordered.WorkerConfig{Workers: workers, PollInterval: 50 * time.Millisecond})
+
+			waitFor(t, 90*time.Second, "every job settled", func() bool {
+				var unsettled int
+				require.NoError(t, b.pool.QueryRow(b.ctx,
+					`SELECT count(*) FROM ordered_jobs WHERE status NOT IN ('done', 'failed')`).Scan(&unsettled))
+				return unsettled == 0
+			})
+			rows, err := b.pool.Query(b.ctx, `SELECT id, status, attempts FROM ordered_jobs ORDER BY id`)
+			require.NoError(t, err)
+			type row struct {
+				ID       int64
+				Status   string
+				Attempts int
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+			require.NoError(t, err)
+			require.Len(t, got, jobs)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range got {
+				require.Equal(t, row{ID: r.ID, Status: "done", Attempts: 1}, r, "job %d", r.ID)
+				require.Equal(t, 1, runs[r.ID], "handler runs of job %d", r.ID)
+			}
+		})
+	}
+}
+
+// The worker's own pool is closed when Stop returns: once the client's pool is closed too, no
+// session of that config is left.
+func TestWorkerClosesItsPoolAtStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	appName := b.queue.Schema + "_stop"
+	small := b.smallPool(t, 4, appName)
+	c, err := ordered.NewClient(small, nil)
+	require.NoError(t, err)
+	ids := b.enqueue(t, "a", 1, 2, 3)
+	w, err := c.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, MaintenanceInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	waitFor(t, 30*time.Second, "all done", func() bool { return b.jobStatus(t, ids[2]) == "done" })
+	sessions := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx,
+			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&n))
+		return n
+	}
+	require.Positive(t, sessions())
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, w.Stop(ctx))
+	small.Close()
+	// A closed connection's backend leaves pg_stat_activity a moment after the client hangs up.
+	waitFor(t, 30*time.Second, "no session of the worker's pool left", func() bool { return sessions() == 0 })
+}
+
+// A TxHandlerFunc worker with more handlers than its client's pool has connections is
+// warned about, once; a HandlerFunc worker is not (it may not use the pool at all).
+func TestNewWorkerWarnsOfAPoolSmallerThanItsTxHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	logger, out := testLogger(t)
+	c, err := ordered.NewClient(b.smallPool(t, 4, b.queue.Schema+"_warn"), &ordered.Config{Logger: logger})
+	require.NoError(t, err)
+	tx := ordered.TxHandlerFunc(func(context.Context, pgx.Tx, *ordered.Job) error { return nil })
+	plain := ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil })
+	const warning = "MaxConns is below WorkerConfig.Workers"
+
+	_, err = c.NewWorker(plain, &ordered.WorkerConfig{Workers: 16})
+	require.NoError(t, err)
+	_, err = c.NewWorker(tx, &ordered.WorkerConfig{Workers: 4})
+	require.NoError(t, err)
+	require.NotContains(t, out.String(), warning)
+
+	_, err = c.NewWorker(tx, &ordered.WorkerConfig{Workers: 16})
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(out.String(), warning), out.String())
+	require.Contains(t, out.String(), "max_conns=4 workers=16")
+}
