@@ -69,13 +69,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ordered_enqueue_to_start_seconds", Help: "From enqueue to the first attempt's claim, by the database clock.", Buckets: latencyBuckets,
 		}),
 		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ordered_jobs", Help: "Jobs by status, as of the last maintenance pass.",
+			Name: "ordered_jobs", Help: "Jobs by status (queued, running, done, failed; blocked: failed and holding its key), as of the last maintenance pass.",
 		}, []string{"status"}),
 		oldestReady: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordered_oldest_ready_job_age_seconds", Help: "How long the oldest claimable job has waited, as of the last maintenance pass.",
 		}),
 		blockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ordered_blocked_keys", Help: "Keys held by a failed job, as of the last maintenance pass.",
+			Name: "ordered_blocked_keys", Help: "Keys held by a blocked job, as of the last maintenance pass.",
 		}),
 		expiredLeases: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ordered_expired_leases", Help: "Running jobs whose lease has expired, as of the last maintenance pass.",
@@ -128,6 +128,7 @@ func (m *metrics) observeStats(s Stats) {
 	m.jobs.WithLabelValues("running").Set(float64(s.Running))
 	m.jobs.WithLabelValues("done").Set(float64(s.Done))
 	m.jobs.WithLabelValues("failed").Set(float64(s.Failed))
+	m.jobs.WithLabelValues("blocked").Set(float64(s.Blocked))
 	m.oldestReady.Set(s.OldestReady.Seconds())
 	m.blockedKeys.Set(float64(s.BlockedKeys))
 	m.expiredLeases.Set(float64(s.ExpiredLeases))
