@@ -111,10 +111,16 @@ func (c *Client) Skip(ctx context.Context, id int64) (released bool, err error) 
 	return released, nil
 }
 
-// Stats are the queue's counts at one moment.
+// Stats are the queue's counts at one moment. Queued, Running, Done, Failed and Blocked count
+// jobs by status and add up to all jobs.
 type Stats struct {
-	Queued, Running, Done, Failed int64
-	// BlockedKeys counts keys held by a failed job.
+	Queued, Running, Done int64
+	// Failed counts jobs failed for good that hold nothing: failed under the skip policy, or
+	// skipped. Blocked counts those that hold their key (block policy) until replayed or
+	// skipped; Failed + Blocked is every job failed for good.
+	Failed, Blocked int64
+	// BlockedKeys counts the keys held by blocked jobs: as many as Blocked, unless a forced
+	// replay of an earlier job failed again behind a blocked one.
 	BlockedKeys int64
 	// ExpiredLeases counts running jobs whose lease has expired (crashed or stalled workers).
 	ExpiredLeases int64
@@ -146,7 +152,7 @@ func statsOf(s store.QueueStats, err error) (Stats, error) {
 		countedAt = *s.CountedAt
 	}
 	return Stats{
-		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed,
+		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed, Blocked: s.Blocked,
 		BlockedKeys: s.BlockedKeys, ExpiredLeases: s.ExpiredLeases,
 		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)), CountedAt: countedAt,
 	}, nil

@@ -63,7 +63,8 @@ func TestBlockPolicyHoldsTheKey(t *testing.T) {
 
 	st, err := b.client.Stats(b.ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, st.Failed)
+	require.Zero(t, st.Failed)
+	require.EqualValues(t, 1, st.Blocked)
 	require.EqualValues(t, 1, st.BlockedKeys)
 	require.EqualValues(t, 1, st.Queued)
 	require.Zero(t, st.Running)
@@ -116,6 +117,7 @@ func TestSkipReleasesABlockedKey(t *testing.T) {
 	st, err := b.client.Stats(b.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Failed)
+	require.Zero(t, st.Blocked)
 	require.Zero(t, st.BlockedKeys)
 
 	// Skipping it again is a no-op that says so: it does not release the key a second time.

@@ -18,16 +18,18 @@ import (
 // cancelled when the claim is lost (context.Cause is ErrLeaseLost: stop, the job belongs to
 // someone else now) or the worker stops with StopAndCancel (cause ErrWorkerStopped).
 type Handler interface {
-	// run processes job and reports whether it already completed it.
-	run(ctx context.Context, c *Client, job *Job) (completed bool, err error)
+	// run processes job and reports whether it already completed it, and when the handler's
+	// own code returned: a completion starts there.
+	run(ctx context.Context, c *Client, job *Job) (completed bool, returned time.Time, err error)
 }
 
 // HandlerFunc is a Handler whose job is completed by the worker after it returns nil.
 // Its effects happen at least once: use Job.IdempotencyKey to make them happen once.
 type HandlerFunc func(ctx context.Context, job *Job) error
 
-func (f HandlerFunc) run(ctx context.Context, _ *Client, job *Job) (bool, error) {
-	return false, f(ctx, job)
+func (f HandlerFunc) run(ctx context.Context, _ *Client, job *Job) (bool, time.Time, error) {
+	err := f(ctx, job)
+	return false, time.Now(), err
 }
 
 // TxHandlerFunc is a Handler that works inside a transaction, at READ COMMITTED whatever the
@@ -41,17 +43,19 @@ type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, job *Job) error
 // snapshot, and the attempt would be retried for it.
 var txHandlerOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 
-func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, error) {
+func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, time.Time, error) {
 	tx, err := c.pool.BeginTx(ctx, txHandlerOptions)
 	if err != nil {
-		return false, err
+		return false, time.Now(), err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after commit
-	if err := f(ctx, tx, job); err != nil {
-		return false, err
+	err = f(ctx, tx, job)
+	returned := time.Now()
+	if err != nil {
+		return false, returned, err
 	}
 	if err := c.CompleteTx(ctx, tx, job); err != nil {
-		return false, err
+		return false, returned, err
 	}
 	// Not cancellable: a heartbeat that finds the job done while the commit is on its way
 	// cancels ctx, and a cancelled commit reports an error for a transaction that committed.
@@ -59,9 +63,9 @@ func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, erro
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if err := tx.Commit(commitCtx); err != nil {
-		return false, err
+		return false, returned, err
 	}
-	return true, nil
+	return true, returned, nil
 }
 
 // retryAfterError asks for a retry after a chosen delay.
@@ -82,11 +86,12 @@ func RetryAfter(delay time.Duration, err error) error {
 	return &retryAfterError{delay: delay, err: err}
 }
 
-// callHandler runs the handler, turning a panic into an error of this job alone.
-func callHandler(ctx context.Context, h Handler, c *Client, job *Job) (completed bool, err error) {
+// callHandler runs the handler, turning a panic into an error of this job alone. returned is
+// when the handler's own code returned (or panicked).
+func callHandler(ctx context.Context, h Handler, c *Client, job *Job) (completed bool, returned time.Time, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			completed, err = false, fmt.Errorf("panic: %v", r)
+			completed, returned, err = false, time.Now(), fmt.Errorf("panic: %v", r)
 		}
 	}()
 	return h.run(ctx, c, job)

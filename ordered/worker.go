@@ -103,6 +103,10 @@ type WorkerConfig struct {
 	Retention time.Duration
 	// Registerer receives the worker's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// MetricsLabels are constant labels on every metric of the worker, such as
+	// {"queue": "billing"}. Workers on one Registerer with the same labels share their metrics;
+	// the workers of two queues (two schemas) need labels of their own, with the same names.
+	MetricsLabels prometheus.Labels
 }
 
 // Worker runs a Handler over the queue's jobs: it claims what it can start now, renews the
@@ -181,7 +185,7 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	case wc.MaintenanceInterval <= 0:
 		return nil, fmt.Errorf("ordered: WorkerConfig.MaintenanceInterval %v must be positive", wc.MaintenanceInterval)
 	}
-	m, err := newMetrics(wc.Registerer)
+	m, err := newMetrics(wc.Registerer, wc.MetricsLabels)
 	if err != nil {
 		return nil, fmt.Errorf("ordered: register metrics: %w", err)
 	}
@@ -582,12 +586,13 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	started = true
 	w.waiting.Add(-1)
 	start := time.Now()
-	completed, err := callHandler(ctx, w.handler, w.client, job)
-	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
+	completed, returned, err := callHandler(ctx, w.handler, w.client, job)
+	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 
 	if completed && err == nil {
 		// Committed with the handler's transaction; a heartbeat that ran after the commit may
 		// have found the job done and cancelled ctx, which changes nothing.
+		w.metrics.completionDuration.Observe(time.Since(returned).Seconds())
 		w.metrics.completions.Inc()
 		return nil, false
 	}
@@ -596,7 +601,6 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 		return nil, false
 	}
 	if err == nil {
-		returned := time.Now()
 		w.unsettled.Add(1)
 		releaseSlot()
 		r := w.completer.complete(job)
@@ -1000,5 +1004,5 @@ func (w *Worker) maintain(ctx context.Context) {
 	if stats.CountedAt.IsZero() {
 		return // another worker is taking the first counts
 	}
-	w.metrics.observeStats(stats)
+	w.metrics.observeStats(w.log, w.schema, stats)
 }

@@ -26,6 +26,7 @@ type statusJSON struct {
 	Running            int64            `json:"running"`
 	Done               int64            `json:"done"`
 	Failed             int64            `json:"failed"`
+	Blocked            int64            `json:"blocked"`
 	BlockedKeyCount    int64            `json:"blocked_key_count"`
 	BlockedKeys        []blockedKeyJSON `json:"blocked_keys"`
 	OldestReadySeconds float64          `json:"oldest_ready_seconds"`
@@ -44,7 +45,12 @@ func (a *app) statusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show job counts, blocked keys, the oldest ready job's age and expired leases",
-		Args:  cobra.NoArgs,
+		Long: `Status counts the queue's jobs now (it reads the whole table). Jobs by status, which add up
+to all jobs: queued, running, done, failed (failed for good, holding nothing: the skip
+policy, or skipped) and blocked (failed for good and holding its key until replayed or
+skipped). Then the keys that blocked jobs hold, the age of the oldest job ready to run, the
+running jobs whose lease has expired, and the first blocked jobs with their keys.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			client, pool, err := a.client(ctx, nil, 2)
@@ -62,7 +68,7 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			out := statusJSON{
 				Queued: stats.Queued, Running: stats.Running, Done: stats.Done, Failed: stats.Failed,
-				BlockedKeyCount: stats.BlockedKeys, BlockedKeys: []blockedKeyJSON{},
+				Blocked: stats.Blocked, BlockedKeyCount: stats.BlockedKeys, BlockedKeys: []blockedKeyJSON{},
 				OldestReadySeconds: stats.OldestReady.Seconds(), ExpiredLeases: stats.ExpiredLeases,
 			}
 			for _, k := range blocked {
@@ -76,6 +82,7 @@ func (a *app) statusCmd() *cobra.Command {
 			fmt.Fprintf(tw, "running\t%d\n", out.Running)
 			fmt.Fprintf(tw, "done\t%d\n", out.Done)
 			fmt.Fprintf(tw, "failed\t%d\n", out.Failed)
+			fmt.Fprintf(tw, "blocked\t%d\n", out.Blocked)
 			fmt.Fprintf(tw, "blocked keys\t%d\n", out.BlockedKeyCount)
 			fmt.Fprintf(tw, "oldest ready job\t%s\n", stats.OldestReady.Round(time.Millisecond))
 			fmt.Fprintf(tw, "expired leases\t%d\n", out.ExpiredLeases)
@@ -92,8 +99,8 @@ func (a *app) statusCmd() *cobra.Command {
 				if err := tw.Flush(); err != nil {
 					return err
 				}
-				if int64(len(blocked)) < stats.BlockedKeys {
-					fmt.Fprintf(a.stdout, "... and %d more (ordered failed)\n", stats.BlockedKeys-int64(len(blocked)))
+				if int64(len(blocked)) < stats.Blocked {
+					fmt.Fprintf(a.stdout, "... and %d more (ordered failed)\n", stats.Blocked-int64(len(blocked)))
 				}
 			}
 			return nil

@@ -332,7 +332,7 @@ func (d *demo) report(ctx context.Context, client *ordered.Client, run *demoRun)
 	}
 	d.say("")
 	d.say("report")
-	d.say("  events          %d enqueued, %d done, %d failed, %d waiting behind a blocked key", len(d.events), stats.Done, stats.Failed, stats.Queued)
+	d.say("  events          %d enqueued, %d done, %d failed, %d waiting behind a blocked key", len(d.events), stats.Done, stats.Failed+stats.Blocked, stats.Queued)
 	d.say("  time            %s (%.0f events/s)", run.elapsed.Round(time.Millisecond), float64(stats.Done)/run.elapsed.Seconds())
 	d.say("  retries         %d (flaky events, and the jobs of the killed worker)", retries)
 

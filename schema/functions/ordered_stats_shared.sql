@@ -19,9 +19,10 @@ BEGIN
             RETURN v;
         END IF;
         UPDATE ordered_stats AS s
-        SET (queued, running, done, failed, blocked_keys, expired_leases, oldest_ready_at) =
-                (SELECT n.queued, n.running, n.done, n.failed, n.blocked_keys, n.expired_leases,
-                        n.oldest_ready_at
+        SET (queued, running, done, failed, blocked, blocked_keys, expired_leases,
+             oldest_ready_at) =
+                (SELECT n.queued, n.running, n.done, n.failed, n.blocked, n.blocked_keys,
+                        n.expired_leases, n.oldest_ready_at
                  FROM ordered_stats_now AS n),
             counted_at = clock_timestamp()
         -- one that counted while this caller waited for the lock left young counts

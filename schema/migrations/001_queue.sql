@@ -118,13 +118,17 @@ CREATE TYPE ordered_event AS (
 );
 
 -- The queue's counts as of now (ordered status reads this directly; it reads the whole table).
+-- Jobs by status: queued + running + done + failed + blocked is every job. failed and blocked
+-- are both failed for good; blocked ones hold their key. blocked_keys counts the keys they
+-- hold: one each, unless a forced replay of an earlier job failed behind a blocked one.
 CREATE VIEW ordered_stats_now AS
 SELECT
     count(*) FILTER (WHERE status = 'queued')                    AS queued,
     count(*) FILTER (WHERE status = 'running')                   AS running,
     count(*) FILTER (WHERE status = 'done')                      AS done,
-    count(*) FILTER (WHERE status IN ('failed', 'blocked'))      AS failed,
-    count(*) FILTER (WHERE status = 'blocked')                   AS blocked_keys,
+    count(*) FILTER (WHERE status = 'failed')                    AS failed,
+    count(*) FILTER (WHERE status = 'blocked')                   AS blocked,
+    count(DISTINCT key) FILTER (WHERE status = 'blocked')        AS blocked_keys,
     count(*) FILTER (WHERE status = 'running'
                        AND lease_until <= statement_timestamp()) AS expired_leases,
     min(available_at) FILTER (WHERE head AND status = 'queued'
@@ -139,6 +143,7 @@ CREATE TABLE ordered_stats (
     running         bigint      NOT NULL DEFAULT 0,
     done            bigint      NOT NULL DEFAULT 0,
     failed          bigint      NOT NULL DEFAULT 0,
+    blocked         bigint      NOT NULL DEFAULT 0,
     blocked_keys    bigint      NOT NULL DEFAULT 0,
     expired_leases  bigint      NOT NULL DEFAULT 0,
     oldest_ready_at timestamptz,

@@ -378,9 +378,9 @@ func KeyBlockedList(ctx context.Context, db DBTX, limit int) ([]BlockedKey, erro
 
 // QueueStats is the row returned by QueueStatsGet.
 type QueueStats struct {
-	Queued, Running, Done, Failed, BlockedKeys, ExpiredLeases int64
-	OldestReadySeconds                                        float64
-	CountedAt                                                 *time.Time // nil: never counted
+	Queued, Running, Done, Failed, Blocked, BlockedKeys, ExpiredLeases int64
+	OldestReadySeconds                                                 float64
+	CountedAt                                                          *time.Time // nil: never counted
 }
 
 // QueueStatsGet counts the queue's jobs now.
@@ -396,8 +396,8 @@ func QueueStatsShared(ctx context.Context, db DBTX, maxAge time.Duration) (Queue
 
 func scanStats(row pgx.Row) (QueueStats, error) {
 	var s QueueStats
-	err := row.Scan(&s.Queued, &s.Running, &s.Done, &s.Failed, &s.BlockedKeys, &s.ExpiredLeases,
-		&s.OldestReadySeconds, &s.CountedAt)
+	err := row.Scan(&s.Queued, &s.Running, &s.Done, &s.Failed, &s.Blocked, &s.BlockedKeys,
+		&s.ExpiredLeases, &s.OldestReadySeconds, &s.CountedAt)
 	return s, err
 }
 
