@@ -367,9 +367,7 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 				// There may be more. The jobs just claimed count against the free slots
 				// until they start: let them start (and quick ones finish) first, or the
 				// next claim asks for only what is left, and a worker with few slots and
-				// quick handlers spends its time on small claims (measured with 8 slots
-				// and keys of 5 jobs: 4 jobs a claim and 17,700-18,400 jobs/s without
-				// this; 6.3 and 21,100-22,600 with it).
+				// quick handlers spends its time on small claims.
 				runtime.Gosched()
 				continue
 			case err == nil:
@@ -434,8 +432,7 @@ func (w *Worker) prefetch() int {
 // claim's round trip and of a slot's hold (0: not measured yet): what the slots finish during
 // one claim, while that is more than nothing, up to prefetchMax.
 //   - Quicker handlers need it, or the worker spends its time on claims as small as its free
-//     slots (8 slots, 10,000 keys x 5: claims of 13 jobs, 1.7 ms each, took 1.4 s of a
-//     1.7 s drain). A job claimed ahead then waits for a slot about as long as a claim takes.
+//     slots. A job claimed ahead then waits for a slot about as long as a claim takes.
 //   - Slower ones get none: a job a worker cannot start stays for other workers.
 //   - When handlers turn slow before the averages show it, the jobs claimed ahead wait behind
 //     them; one that waits much longer than a claim would take goes back (slotWaitMax).
@@ -704,7 +701,7 @@ func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
 // was sent and less a margin, so that a handler that stops within StopGrace never overlaps
 // another claim of its job, even one this worker never hears of. One timer serves the beats
 // and the fence, which a renewal that hangs does not put off. It is a timer, not a
-// goroutine: most jobs end before their first beat, and a goroutine a job doubled the stacks
+// goroutine: most jobs end before their first beat, and a goroutine a job would add a stack
 // that every garbage collection scans.
 func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job) *heartbeat {
 	interval := w.cfg.HeartbeatInterval
@@ -737,8 +734,7 @@ func (w *Worker) fenceAfter(sent time.Time) time.Time {
 	return sent.Add(lease - lease/10 - w.cfg.StopGrace)
 }
 
-// heartbeat is one job's lease renewal: one allocation, where closures over its variables
-// were several a job.
+// heartbeat is one job's lease renewal, in one allocation.
 type heartbeat struct {
 	w      *Worker
 	ctx    context.Context

@@ -513,9 +513,8 @@ func (b *bench) benchHotKey(ctx context.Context) error {
 	return nil
 }
 
-// hotRounds is how many drains of each backlog the hot-key median is taken over. With 9, the
-// flatness of the same claim and completion code read 0.86 to 1.09 in runs on one machine,
-// drains of 40 ms being at the mercy of its noise.
+// hotRounds is how many drains of each backlog the hot-key median is taken over: a drain
+// lasts tens of milliseconds, at the mercy of the machine's noise.
 const hotRounds = 25
 
 // hotQueue is a queue whose hot key holds a backlog behind a running head, with a worker that

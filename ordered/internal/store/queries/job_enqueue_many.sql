@@ -1,7 +1,7 @@
 -- Enqueues a batch given as one array per column, in the order of the events (see
 -- ordered_enqueue_events in the schema). Sent in the binary protocol, nothing is parsed but
--- each payload. The payloads travel as text[] and are cast one by one: building a jsonb[]
--- parameter costs ten times the whole cast. id is 0 for an event at or below its key's
+-- each payload. The payloads travel as text[] and are cast one by one, which is cheaper than
+-- building a jsonb[] parameter. id is 0 for an event at or below its key's
 -- archived history.
 -- $1 keys          text[]         the events' keys
 -- $2 seqs          bigint[]       their seqs, same positions
