@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
-	"github.com/orderedq/ordered/ordered/orderedtest"
+	"github.com/orderedq/ordered/ordered/internal/testdb"
 )
 
 // The question a worker asks after a batch's answer was lost locks the batch's keys as a
@@ -18,7 +18,7 @@ import (
 func TestBatchOutcomeIsAskedAgainAfterADeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q := orderedtest.New(t)
+	q := testdb.New(t)
 	c, err := NewClient(q.Pool, nil)
 	require.NoError(t, err)
 	for _, key := range []string{"a", "b"} {

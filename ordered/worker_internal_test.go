@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderedq/ordered/ordered/orderedtest"
+	"github.com/orderedq/ordered/ordered/internal/testdb"
 )
 
 func TestPrefetchIsWhatTheSlotsFinishDuringAClaim(t *testing.T) {
@@ -68,7 +68,7 @@ func TestObserveMovesOneEighthTowardTheSample(t *testing.T) {
 func TestFailedBatchFallsBackWithinOneSettleTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q := orderedtest.New(t)
+	q := testdb.New(t)
 	c, err := NewClient(q.Pool, nil)
 	require.NoError(t, err)
 	const jobs = 20

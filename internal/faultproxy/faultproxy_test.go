@@ -9,12 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/orderedq/ordered/internal/faultproxy"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // echoServer echoes every connection until the test ends.
 func echoServer(t *testing.T) string {

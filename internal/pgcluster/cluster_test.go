@@ -9,14 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/orderedq/ordered/internal/pgcluster"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // queryPID connects to url and returns the backend's pid: a live server answered.
 func queryPID(ctx context.Context, t *testing.T, url string) int {

@@ -1,0 +1,4 @@
+-- Every job's state, by key and seq.
+SELECT key, seq, status, finished_at
+FROM ordered_jobs
+ORDER BY key, seq;
