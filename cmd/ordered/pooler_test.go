@@ -134,7 +134,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 
 			var status statusJSON
 			require.NoError(t, json.Unmarshal([]byte(cli("", "status", "--json").stdout), &status))
-			require.Equal(t, statusJSON{Queued: 1, Done: keys * seqs, Failed: 1, BlockedKeyCount: 1,
+			require.Equal(t, statusJSON{Queued: 1, Done: keys * seqs, Blocked: 1, BlockedKeyCount: 1,
 				BlockedKeys: status.BlockedKeys, OldestReadySeconds: status.OldestReadySeconds}, status)
 			require.Len(t, status.BlockedKeys, 1)
 			require.Equal(t, "bad", status.BlockedKeys[0].Key)
