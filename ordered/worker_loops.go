@@ -1,0 +1,74 @@
+package ordered
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orderedq/ordered/ordered/internal/maintenance"
+	"github.com/orderedq/ordered/ordered/internal/notifier"
+	"github.com/orderedq/ordered/ordered/internal/store"
+	"github.com/orderedq/ordered/policy"
+)
+
+// The worker's loops that live in internal packages, built on the worker's pool: the LISTEN
+// connection (internal/notifier) and maintenance (internal/maintenance).
+
+// notifier returns the worker's LISTEN loop, or nil when it polls only: with PollOnly, or
+// behind a transaction pooler, where a LISTEN lasts one transaction and its notifications go
+// to no one.
+func (w *Worker) notifier() *notifier.Notifier {
+	if w.cfg.PollOnly {
+		return nil
+	}
+	if w.client.cfg.Pooler == PoolerTransaction {
+		w.log.Info("ordered: behind a transaction pooler: polling for jobs, not listening for notifications",
+			"poll_interval", w.cfg.PollInterval)
+		return nil
+	}
+	return &notifier.Notifier{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, w.client.pool.Config().ConnConfig.Copy())
+		},
+		Notify:       func(ctx context.Context, payload string) error { return store.ListenProbe(ctx, w.db.db, payload) },
+		Topic:        w.schema,
+		Wake:         w.signal,
+		Logger:       w.log,
+		PollInterval: w.cfg.PollInterval,
+	}
+}
+
+// maintainer returns the worker's maintenance loop on the worker's pool.
+func (w *Worker) maintainer() *maintenance.Maintainer {
+	m := &maintenance.Maintainer{
+		Interval: w.cfg.MaintenanceInterval,
+		FailExhausted: func(ctx context.Context) (int, error) {
+			return w.db.failExhausted(ctx, ExhaustedBatchDefault, func(d policy.Decision) {
+				w.metrics.failures.WithLabelValues(d.String()).Inc()
+			})
+		},
+		ArchiveBatch: ArchiveBatchDefault,
+		RefreshStats: w.refreshStats,
+		Wake:         w.signal,
+		Logger:       w.log,
+	}
+	if w.cfg.Retention >= 0 {
+		m.Archive = func(ctx context.Context) (int, error) {
+			return w.db.Archive(ctx, ArchiveParams{OlderThan: w.cfg.Retention})
+		}
+	}
+	return m
+}
+
+// refreshStats sets the gauges from the queue's shared counts. Passes are jittered down to
+// 0.8 intervals apart: counts of that age are recounted.
+func (w *Worker) refreshStats(ctx context.Context) error {
+	stats, err := w.db.sharedStats(ctx, w.cfg.MaintenanceInterval*4/5)
+	if err != nil {
+		return err
+	}
+	if !stats.CountedAt.IsZero() { // zero: another worker is taking the first counts
+		w.metrics.observeStats(w.log, w.schema, stats)
+	}
+	return nil
+}
