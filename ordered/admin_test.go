@@ -35,7 +35,7 @@ func TestBlockPolicyHoldsTheKey(t *testing.T) {
 	ids := b.enqueue(t, "k", 1, 2)
 
 	j, out := b.failNextHead(t, "k", 1, errors.New("boom"))
-	require.Equal(t, ordered.Blocked, out)
+	require.Equal(t, ordered.OutcomeBlocked, out)
 	require.Equal(t, "blocked", b.jobStatus(t, ids[0]))
 
 	blocked, err := b.client.BlockedKeys(b.ctx, 0)
@@ -79,7 +79,7 @@ func TestSkipReleasesABlockedKey(t *testing.T) {
 	b := setup(t, blockPolicyCfg())
 	ids := b.enqueue(t, "k", 1, 2, 3)
 	j1, out := b.failNextHead(t, "k", 1, errors.New("boom"))
-	require.Equal(t, ordered.Blocked, out)
+	require.Equal(t, ordered.OutcomeBlocked, out)
 	b.claimNone(t, b.client)
 
 	// Skipping a job that has not failed is refused, says why, and changes nothing.
@@ -148,13 +148,13 @@ func TestReplayBlockedHeadRunsFirstWithFreshAttempts(t *testing.T) {
 	require.Equal(t, id1, j.ID)
 	out, err := b.client.RetryAfter(b.ctx, j, 0, errors.New("first"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Retried, out)
+	require.Equal(t, ordered.OutcomeRetried, out)
 	j = b.claimWithin(t, b.client, 5*time.Second)
 	require.Equal(t, id1, j.ID)
 	require.Equal(t, 2, j.Attempt)
 	out, err = b.client.Fail(b.ctx, j, errors.New("second"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Blocked, out)
+	require.Equal(t, ordered.OutcomeBlocked, out)
 	b.claimNone(t, b.client)
 
 	// Replaying a job that has not failed is refused.
@@ -192,7 +192,7 @@ func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
 	ids := b.enqueue(t, "k", 1, 2)
 
 	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
-	require.Equal(t, ordered.Failed, out)
+	require.Equal(t, ordered.OutcomeSkipped, out)
 	j2 := b.claimOne(t, b.client)
 	require.Equal(t, ids[1], j2.ID)
 	require.NoError(t, b.client.Complete(b.ctx, j2))
@@ -226,7 +226,7 @@ func TestReplayInFlightKeepsTheHeadFromBeingClaimed(t *testing.T) {
 	b := setup(t, skipPolicyCfg())
 	ids := b.enqueue(t, "k", 1, 2)
 	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
-	require.Equal(t, ordered.Failed, out)
+	require.Equal(t, ordered.OutcomeSkipped, out)
 	gate := b.holdJobWrites(t, "UPDATE", "OLD.status = 'failed' AND NEW.status = 'queued'")
 
 	replayed := make(chan error, 1)
@@ -254,7 +254,7 @@ func TestReplayWhileLaterJobRunsIsRefused(t *testing.T) {
 	ids := b.enqueue(t, "k", 1, 2)
 
 	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
-	require.Equal(t, ordered.Failed, out)
+	require.Equal(t, ordered.OutcomeSkipped, out)
 	j2 := b.claimOne(t, b.client)
 	require.Equal(t, ids[1], j2.ID)
 
@@ -293,7 +293,7 @@ func checkRetryExhausts(t *testing.T, p policy.Policy, wantOutcome ordered.Outco
 	require.Equal(t, 2, j.MaxAttempts)
 	out, err := b.client.Retry(b.ctx, j, errors.New("attempt 1 failed"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Retried, out)
+	require.Equal(t, ordered.OutcomeRetried, out)
 	require.Equal(t, "queued", b.jobStatus(t, id1))
 
 	j = b.claimWithin(t, b.client, 5*time.Second)
@@ -311,7 +311,7 @@ func checkRetryExhausts(t *testing.T, p policy.Policy, wantOutcome ordered.Outco
 	require.Equal(t, 2, failed[0].Attempts)
 	require.Equal(t, "attempt 2 failed", failed[0].LastError)
 
-	if wantOutcome == ordered.Blocked {
+	if wantOutcome == ordered.OutcomeBlocked {
 		b.claimNone(t, b.client)
 	} else {
 		j = b.claimOne(t, b.client)
@@ -321,12 +321,12 @@ func checkRetryExhausts(t *testing.T, p policy.Policy, wantOutcome ordered.Outco
 
 func TestRetryExhaustingAttemptsBlocksUnderBlockPolicy(t *testing.T) {
 	t.Parallel()
-	checkRetryExhausts(t, policy.Always(policy.Block), ordered.Blocked, "blocked")
+	checkRetryExhausts(t, policy.Always(policy.Block), ordered.OutcomeBlocked, "blocked")
 }
 
 func TestRetryExhaustingAttemptsFailsUnderSkipPolicy(t *testing.T) {
 	t.Parallel()
-	checkRetryExhausts(t, policy.Always(policy.Skip), ordered.Failed, "failed")
+	checkRetryExhausts(t, policy.Always(policy.Skip), ordered.OutcomeSkipped, "failed")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -349,9 +349,9 @@ func TestByKeyPrefixPolicyDecidesPerKey(t *testing.T) {
 		require.NoError(t, err)
 		switch j.Key {
 		case "acct-1":
-			require.Equal(t, ordered.Blocked, out)
+			require.Equal(t, ordered.OutcomeBlocked, out)
 		case "notify-1":
-			require.Equal(t, ordered.Failed, out)
+			require.Equal(t, ordered.OutcomeSkipped, out)
 		default:
 			t.Fatalf("unexpected key %q", j.Key)
 		}

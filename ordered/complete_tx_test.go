@@ -82,7 +82,7 @@ func TestStaleCompleteTxAbortsTheTransaction(t *testing.T) {
 }
 
 // Guarantee 4: a stale Fail, Retry or RetryAfter reports the lost claim and no outcome (the
-// zero Outcome is not Retried), and changes nothing.
+// zero Outcome is not OutcomeRetried), and changes nothing.
 func TestStaleSettleReportsNoOutcome(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -115,7 +115,7 @@ func TestStaleSettleReportsNoOutcome(t *testing.T) {
 			out, err := settle(j)
 			require.ErrorIs(t, err, ordered.ErrLeaseLost, "%s of %s", name, j.IdempotencyKey())
 			require.Equal(t, ordered.OutcomeNone, out, "%s of %s", name, j.IdempotencyKey())
-			require.NotEqual(t, ordered.Retried, out)
+			require.NotEqual(t, ordered.OutcomeRetried, out)
 			require.Equal(t, before[j.ID], b.jobSnapshot(t, j.ID), "%s of %s changed the job", name, j.IdempotencyKey())
 		}
 	}

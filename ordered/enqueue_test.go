@@ -890,7 +890,7 @@ func TestEnqueueLateEventAfterLaterJobStarted(t *testing.T) {
 	// Still late once the started job went back to the queue for a retry.
 	out, err := b.client.RetryAfter(b.ctx, j, time.Hour, errors.New("try later"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Retried, out)
+	require.Equal(t, ordered.OutcomeRetried, out)
 	_, err = b.client.Enqueue(b.ctx, validEvent("k", 0))
 	requireLateEvent(t, err, "k", 0, 1)
 	require.EqualValues(t, 2, b.jobRowCount(t))
@@ -1017,7 +1017,7 @@ func TestEnqueueBelowAHeadThatStartedMeanwhileIsLate(t *testing.T) {
 	require.Equal(t, head, job.ID)
 	outcome, err := b.client.Retry(b.ctx, job, errors.New("failed at once"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Retried, outcome)
+	require.Equal(t, ordered.OutcomeRetried, outcome)
 	require.NoError(t, gate.Rollback(b.ctx))
 
 	requireLateEvent(t, <-enqueued, "race", 5, 10)
@@ -1505,7 +1505,7 @@ func TestEnqueueBelowReplayedJobIsLate(t *testing.T) {
 	b := setup(t, blockPolicyCfg())
 	ids := b.enqueue(t, "k", 5, 7)
 	_, out := b.failNextHead(t, "k", 5, errors.New("boom"))
-	require.Equal(t, ordered.Blocked, out)
+	require.Equal(t, ordered.OutcomeBlocked, out)
 
 	_, err := b.client.Enqueue(b.ctx, validEvent("k", 3))
 	requireLateEvent(t, err, "k", 3, 5) // late while k/5 is blocked
@@ -1523,12 +1523,12 @@ func TestEnqueueBelowStartedJobsIsLateAfterReplayedJobGivenBackUnrun(t *testing.
 	b := setup(t, skipPolicyCfg())
 	ids := b.enqueue(t, "k", 10, 20)
 	_, out := b.failNextHead(t, "k", 10, errors.New("boom"))
-	require.Equal(t, ordered.Failed, out)
+	require.Equal(t, ordered.OutcomeSkipped, out)
 	j := b.claimOne(t, b.client)
 	require.Equal(t, ids[1], j.ID)
 	out, err := b.client.RetryAfter(b.ctx, j, time.Hour, errors.New("later")) // k/20 started
 	require.NoError(t, err)
-	require.Equal(t, ordered.Retried, out)
+	require.Equal(t, ordered.OutcomeRetried, out)
 	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
 	j = b.claimOne(t, b.client)
 	require.Equal(t, ids[0], j.ID)
@@ -1567,7 +1567,7 @@ func TestEnqueueBelowFinishedJobIsLateAfterForcedReplay(t *testing.T) {
 	b := setup(t, skipPolicyCfg())
 	ids := b.enqueue(t, "k", 5, 7)
 	_, out := b.failNextHead(t, "k", 5, errors.New("boom"))
-	require.Equal(t, ordered.Failed, out)
+	require.Equal(t, ordered.OutcomeSkipped, out)
 	j := b.claimOne(t, b.client)
 	require.Equal(t, ids[1], j.ID)
 	require.NoError(t, b.client.Complete(b.ctx, j)) // k/7 done

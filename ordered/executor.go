@@ -234,12 +234,12 @@ func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
 func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	var outcome Outcome
 	var err error
-	var retryAfter *retryAfterError
+	var retryIn *retryInError
 	switch {
 	case IsPermanent(herr):
 		outcome, err = w.db.Fail(ctx, job, herr)
-	case errors.As(herr, &retryAfter):
-		outcome, err = w.db.RetryAfter(ctx, job, retryAfter.delay, herr)
+	case errors.As(herr, &retryIn):
+		outcome, err = w.db.RetryAfter(ctx, job, retryIn.delay, herr)
 	default:
 		outcome, err = w.db.Retry(ctx, job, herr)
 	}
@@ -249,13 +249,13 @@ func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	case err != nil:
 		// The lease will expire and another claim will take the job again.
 		w.log.Error("ordered: could not settle job", slogJob(job.ID, job.Key, job.Seq), "error", err)
-	case outcome == Retried:
+	case outcome == OutcomeRetried:
 		w.metrics.retries.Inc()
 		w.log.Info("ordered: job will be retried", slogJob(job.ID, job.Key, job.Seq),
 			"attempt", job.Attempt, "error", herr)
 	default:
 		decision := policy.Skip
-		if outcome == Blocked {
+		if outcome == OutcomeBlocked {
 			decision = policy.Block
 		}
 		w.metrics.failures.WithLabelValues(decision.String()).Inc()

@@ -13,7 +13,7 @@ import (
 // must commit together with the job's completion.
 //
 // A handler's outcome decides the job's fate: nil completes it; Permanent(err) fails it for
-// good and the policy decides for its key; RetryAfter(d, err) retries it after d; any other
+// good and the policy decides for its key; RetryIn(d, err) retries it after d; any other
 // error, or a panic, retries it with the configured backoff. The handler's context is
 // cancelled when the claim is lost (context.Cause is ErrLeaseLost: stop, the job belongs to
 // someone else now) or the worker stops with StopAndCancel (cause ErrWorkerStopped).
@@ -68,22 +68,23 @@ func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, time
 	return true, returned, nil
 }
 
-// retryAfterError asks for a retry after a chosen delay.
-type retryAfterError struct {
+// retryInError asks for a retry after a chosen delay.
+type retryInError struct {
 	delay time.Duration
 	err   error
 }
 
-func (e *retryAfterError) Error() string { return e.err.Error() }
-func (e *retryAfterError) Unwrap() error { return e.err }
+func (e *retryInError) Error() string { return e.err.Error() }
+func (e *retryInError) Unwrap() error { return e.err }
 
-// RetryAfter wraps a handler's error so that the job is retried after delay instead of the
-// configured backoff (for example after a rate limit's Retry-After).
-func RetryAfter(delay time.Duration, err error) error {
+// RetryIn wraps a handler's error so that the job is retried after delay instead of the
+// configured backoff (for example after a rate limit's Retry-After). Client.RetryAfter is
+// the same for a caller that settles its own jobs.
+func RetryIn(delay time.Duration, err error) error {
 	if err == nil {
 		err = errors.New("retry requested")
 	}
-	return &retryAfterError{delay: delay, err: err}
+	return &retryInError{delay: delay, err: err}
 }
 
 // callHandler runs the handler, turning a panic into an error of this job alone. returned is

@@ -128,7 +128,7 @@ func TestRandomizedConcurrentHistoryKeepsKeyOrder(t *testing.T) {
 						out, err := c.Retry(b.ctx, j, errors.New("transient"))
 						if err != nil {
 							violate("retry %s: %v", j.IdempotencyKey(), err)
-						} else if out != ordered.Retried {
+						} else if out != ordered.OutcomeRetried {
 							h.finished[j.Seq] = true
 							settled.Done()
 						}

@@ -58,23 +58,24 @@ const (
 	// OutcomeNone: no outcome; the call failed (with ErrLeaseLost: the claim was lost) and
 	// changed nothing.
 	OutcomeNone Outcome = iota
-	// Retried: the job is queued again, after a backoff; it still holds its key.
-	Retried
-	// Failed: the job failed for good and its key moved on (the policy said Skip).
-	Failed
-	// Blocked: the job failed for good and holds its key (the policy said Block).
-	Blocked
+	// OutcomeRetried: the job is queued again, after a backoff; it still holds its key.
+	OutcomeRetried
+	// OutcomeSkipped: the job failed for good and its key moved on (the policy said Skip).
+	OutcomeSkipped
+	// OutcomeBlocked: the job failed for good and holds its key (the policy said Block).
+	OutcomeBlocked
 )
 
+// String is the outcome's name: "none", "retried", "skipped" or "blocked".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeNone:
 		return "none"
-	case Retried:
+	case OutcomeRetried:
 		return "retried"
-	case Failed:
-		return "failed"
-	case Blocked:
+	case OutcomeSkipped:
+		return "skipped"
+	case OutcomeBlocked:
 		return "blocked"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
@@ -297,7 +298,7 @@ func (c *Client) RetryAfter(ctx context.Context, job *Job, delay time.Duration, 
 	if !ok {
 		return OutcomeNone, ErrLeaseLost
 	}
-	return Retried, nil
+	return OutcomeRetried, nil
 }
 
 // Fail fails the job for good, without further attempts; the policy decides whether its key
@@ -368,9 +369,9 @@ func (c *Client) failExhausted(ctx context.Context, limit int, onFail func(polic
 
 func outcomeOf(d policy.Decision) Outcome {
 	if d == policy.Block {
-		return Blocked
+		return OutcomeBlocked
 	}
-	return Failed
+	return OutcomeSkipped
 }
 
 // errorText is the error stored with a job: bounded, and never the payload (handlers' errors

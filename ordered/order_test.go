@@ -42,7 +42,7 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 			b.enqueue(t, "k", 1, 2)
 			out, err := b.client.RetryAfter(b.ctx, b.claimOne(t, b.client), time.Hour, boom)
 			require.NoError(t, err)
-			require.Equal(t, ordered.Retried, out)
+			require.Equal(t, ordered.OutcomeRetried, out)
 		},
 		release: func(t *testing.T, b *testBundle) {
 			_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE seq = 1`)
@@ -71,7 +71,7 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 			b.enqueue(t, "k", 1, 2)
 			out, err := b.client.Fail(b.ctx, b.claimOne(t, b.client), boom)
 			require.NoError(t, err)
-			require.Equal(t, ordered.Blocked, out)
+			require.Equal(t, ordered.OutcomeBlocked, out)
 		},
 		release: func(t *testing.T, b *testBundle) {
 			var id int64
@@ -98,7 +98,7 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 		b.enqueue(t, "k", 1, 2)
 		out, err := b.client.Fail(b.ctx, b.claimOne(t, b.client), boom)
 		require.NoError(t, err)
-		require.Equal(t, ordered.Failed, out)
+		require.Equal(t, ordered.OutcomeSkipped, out)
 		require.Equal(t, int64(2), b.claimOne(t, b.client).Seq)
 	})
 }

@@ -32,14 +32,14 @@ func TestStatsCountBlockedApartFromFailed(t *testing.T) {
 	}
 
 	b.enqueue(t, "b", 1, 2)
-	failHead(b.client, "b", 1, ordered.Blocked) // b/2 stays queued behind it
+	failHead(b.client, "b", 1, ordered.OutcomeBlocked) // b/2 stays queued behind it
 	b.enqueue(t, "s", 1)
-	failHead(skipper, "s", 1, ordered.Failed)
+	failHead(skipper, "s", 1, ordered.OutcomeSkipped)
 	b.enqueue(t, "r", 1, 2)
-	r1 := failHead(skipper, "r", 1, ordered.Failed)
-	failHead(b.client, "r", 2, ordered.Blocked)
+	r1 := failHead(skipper, "r", 1, ordered.OutcomeSkipped)
+	failHead(b.client, "r", 2, ordered.OutcomeBlocked)
 	require.NoError(t, b.client.Replay(b.ctx, r1.ID, ordered.ReplayParams{Force: true}))
-	failHead(b.client, "r", 1, ordered.Blocked) // r holds two blocked jobs now
+	failHead(b.client, "r", 1, ordered.OutcomeBlocked) // r holds two blocked jobs now
 	b.enqueue(t, "d", 1)
 	require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
 	b.enqueue(t, "run", 1)

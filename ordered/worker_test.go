@@ -389,7 +389,7 @@ func TestWorkerHandlerOutcomes(t *testing.T) {
 		case "permanent":
 			return ordered.Permanent(errors.New("bad invoice"))
 		case "later":
-			return ordered.RetryAfter(time.Hour, errors.New("rate limited"))
+			return ordered.RetryIn(time.Hour, errors.New("rate limited"))
 		case "panic":
 			panic("kaboom")
 		}

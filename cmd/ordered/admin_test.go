@@ -34,7 +34,7 @@ func TestAdminOutputEscapesKeysAndErrors(t *testing.T) {
 	require.Equal(t, key, jobs[1].Key)
 	outcome, err := c.Fail(ctx, jobs[1], errors.New("boom\x1b]0;owned\x07\r\nordered: all good\u0085"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Blocked, outcome)
+	require.Equal(t, ordered.OutcomeBlocked, outcome)
 
 	requireInert := func(t *testing.T, out string) {
 		t.Helper()

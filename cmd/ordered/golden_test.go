@@ -51,12 +51,12 @@ func knownState(t *testing.T) *orderedtest.Queue {
 	require.NoError(t, block.Complete(ctx, jobs[1]))
 	outcome, err := skip.Fail(ctx, jobs[4], errors.New("card declined"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Failed, outcome)
+	require.Equal(t, ordered.OutcomeSkipped, outcome)
 
 	jobs = claimIDs(t, block, 2)
 	outcome, err = block.Fail(ctx, jobs[2], errors.New("payment gateway said:\n  insufficient funds"))
 	require.NoError(t, err)
-	require.Equal(t, ordered.Blocked, outcome)
+	require.Equal(t, ordered.OutcomeBlocked, outcome)
 
 	_, err = block.Enqueue(ctx, ordered.Event{Key: "cust-4", Seq: 1, Kind: "invoice.created"})
 	require.NoError(t, err)
