@@ -7,10 +7,11 @@
 // # Enqueue
 //
 // Client.Enqueue and Client.EnqueueMany write events in a transaction of their own;
-// Client.EnqueueTx (pgx) and Client.EnqueueBun (bun) write them inside the caller's, so a
-// business change and its event commit or roll back together. A batch is all or nothing. An
-// event already enqueued is a no-op (EnqueueResult.Duplicate); one whose seq is below a job of
-// its key that has started is refused (ErrLateEvent); bad input is refused (ErrInvalidEvent).
+// Client.EnqueueTx (pgx), Client.EnqueueSQLTx (database/sql) and orderedbun.Enqueue (bun)
+// write them inside the caller's, so a business change and its event commit or roll back
+// together. A batch is all or nothing. An event already enqueued is a no-op
+// (EnqueueResult.Duplicate); one whose seq is below a job of its key that has started is
+// refused (ErrLateEvent); bad input is refused (ErrInvalidEvent).
 //
 // # Process
 //

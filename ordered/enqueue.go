@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/uptrace/bun"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
 )
@@ -77,16 +76,16 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) (
 	return c.enqueue(ctx, tx, events)
 }
 
-// EnqueueBun enqueues one event through bun: inside db's transaction when db is a bun.Tx,
-// else in a transaction of its own. Under Config.Pooler PoolerTransaction, bun must run on
-// pgx's database/sql driver (stdlib), which takes the statement's exec mode from its
-// arguments.
-func (c *Client) EnqueueBun(ctx context.Context, db bun.IDB, ev Event) (EnqueueResult, error) {
-	return first(c.EnqueueManyBun(ctx, db, []Event{ev}))
+// EnqueueSQLTx enqueues one event inside tx, a database/sql transaction (see EnqueueTx). Under
+// Config.Pooler PoolerTransaction, tx must come from pgx's database/sql driver (stdlib), which
+// takes the statement's exec mode from its arguments. Package orderedbun builds on it.
+func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, ev Event) (EnqueueResult, error) {
+	return first(c.EnqueueManySQLTx(ctx, tx, []Event{ev}))
 }
 
-// EnqueueManyBun enqueues a batch through bun (see EnqueueBun).
-func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event) ([]EnqueueResult, error) {
+// EnqueueManySQLTx enqueues a batch inside tx, a database/sql transaction (see EnqueueSQLTx).
+// On error the batch wrote nothing, and tx is aborted: roll it back.
+func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Event) ([]EnqueueResult, error) {
 	b, err := c.encodeBatch(events)
 	if err != nil {
 		return nil, err
@@ -98,22 +97,7 @@ func (c *Client) EnqueueManyBun(ctx context.Context, db bun.IDB, events []Event)
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	run := func(tx *sql.Tx) ([]store.EnqueuedJob, error) {
-		return scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON))...))
-	}
-	var rows []store.EnqueuedJob
-	switch tx := db.(type) {
-	case bun.Tx:
-		rows, err = run(tx.Tx)
-	case *bun.Tx:
-		rows, err = run(tx.Tx)
-	default:
-		err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			var err error
-			rows, err = run(tx.Tx)
-			return err
-		})
-	}
+	rows, err := scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON))...))
 	if err != nil {
 		return nil, b.dbError(err)
 	}

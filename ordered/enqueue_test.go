@@ -17,8 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/internal/store"
@@ -109,16 +107,31 @@ func requireLateEvent(t *testing.T, err error, key string, seq, laterSeq int64) 
 	require.Equal(t, laterSeq, late.LaterSeq)
 }
 
-// openBunDB opens a bun.DB on the bundle's schema through pgx's database/sql driver and closes
-// it when the test ends.
-func (b *testBundle) openBunDB(t *testing.T) *bun.DB {
+// openSQLDB opens a database/sql DB on the bundle's schema through pgx's database/sql driver
+// and closes it when the test ends.
+func (b *testBundle) openSQLDB(t *testing.T) *sql.DB {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(b.queue.URL)
 	require.NoError(t, err)
-	db := bun.NewDB(sql.OpenDB(stdlib.GetConnector(*cfg)), pgdialect.New())
+	db := sql.OpenDB(stdlib.GetConnector(*cfg))
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	require.NoError(t, db.PingContext(b.ctx))
 	return db
+}
+
+// enqueueManySQL enqueues events with EnqueueManySQLTx in a database/sql transaction of its
+// own, committed unless the enqueue fails.
+func (b *testBundle) enqueueManySQL(db *sql.DB, events []ordered.Event) ([]ordered.EnqueueResult, error) {
+	tx, err := db.BeginTx(b.ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after commit
+	results, err := b.client.EnqueueManySQLTx(b.ctx, tx, events)
+	if err != nil {
+		return nil, err
+	}
+	return results, tx.Commit()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,7 +288,7 @@ func TestEnqueueDuplicateReturnsExistingJob(t *testing.T) {
 }
 
 // enqueueVia is one of the two forms of an enqueue: pgx (typed arrays) or database/sql
-// through bun (JSON).
+// (JSON).
 type enqueueVia struct {
 	name string
 	many func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error)
@@ -284,13 +297,13 @@ type enqueueVia struct {
 // enqueueForms returns both forms of an enqueue on the bundle's queue.
 func (b *testBundle) enqueueForms(t *testing.T) []enqueueVia {
 	t.Helper()
-	db := b.openBunDB(t)
+	db := b.openSQLDB(t)
 	return []enqueueVia{
 		{"pgx", func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error) {
 			return b.client.EnqueueMany(b.ctx, events)
 		}},
-		{"bun", func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error) {
-			return b.client.EnqueueManyBun(b.ctx, db, events)
+		{"sql", func(t *testing.T, events []ordered.Event) ([]ordered.EnqueueResult, error) {
+			return b.enqueueManySQL(db, events)
 		}},
 	}
 }
@@ -1095,69 +1108,49 @@ func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	b.claimNone(t, b.client)
 }
 
-func TestEnqueueBunFollowsTheCallersTransaction(t *testing.T) {
+func TestEnqueueSQLTxFollowsTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	db := b.openBunDB(t)
+	db := b.openSQLDB(t)
 
-	// A transaction that fails: nothing enqueued.
-	errAbort := errors.New("abort")
-	var rolledBack ordered.EnqueueResult
-	err := db.RunInTx(b.ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		rolledBack, err = b.client.EnqueueBun(ctx, tx, validEvent("k", 1))
-		require.NoError(t, err)
-		return errAbort
-	})
-	require.ErrorIs(t, err, errAbort)
+	// Rolled back by the caller: nothing enqueued.
+	tx, err := db.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	rolledBack, err := b.client.EnqueueSQLTx(b.ctx, tx, validEvent("k", 1))
+	require.NoError(t, err)
 	require.NotZero(t, rolledBack.ID)
+	require.NoError(t, tx.Rollback())
 	b.requireQueueEmpty(t)
 	b.claimNone(t, b.client)
 
-	// Through a *bun.Tx, rolled back by the caller: nothing enqueued either.
-	btx, err := db.BeginTx(b.ctx, nil)
+	// Committed with the caller's own row: both there.
+	tx, err = db.BeginTx(b.ctx, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = btx.Rollback() })
-	_, err = b.client.EnqueueManyBun(b.ctx, &btx, []ordered.Event{validEvent("k", 1), validEvent("k", 2)})
+	_, err = tx.ExecContext(b.ctx, "CREATE TABLE business_sql (id int)")
 	require.NoError(t, err)
-	require.NoError(t, btx.Rollback())
-	b.requireQueueEmpty(t)
-
-	// A transaction that commits: enqueued.
-	var committed ordered.EnqueueResult
-	err = db.RunInTx(b.ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		committed, err = b.client.EnqueueBun(ctx, tx, validEvent("k", 1))
-		return err
-	})
+	_, err = tx.ExecContext(b.ctx, "INSERT INTO business_sql (id) VALUES ($1)", 1)
+	require.NoError(t, err)
+	committed, err := b.client.EnqueueSQLTx(b.ctx, tx, validEvent("k", 1))
 	require.NoError(t, err)
 	require.False(t, committed.Duplicate)
+	require.NoError(t, tx.Commit())
 	require.EqualValues(t, 1, b.jobRowCount(t))
-
-	// The *bun.DB itself, not a transaction: enqueued in a transaction of its own.
-	direct, err := b.client.EnqueueBun(b.ctx, db, validEvent("k", 2))
-	require.NoError(t, err)
-	require.False(t, direct.Duplicate)
-	dup, err := b.client.EnqueueBun(b.ctx, db, validEvent("k", 1))
-	require.NoError(t, err)
-	require.True(t, dup.Duplicate)
-	require.Equal(t, committed.ID, dup.ID)
-	require.EqualValues(t, 2, b.jobRowCount(t))
+	require.EqualValues(t, 1, b.countRows(t, "SELECT count(*) FROM business_sql"))
 
 	j := b.claimOne(t, b.client)
 	require.Equal(t, committed.ID, j.ID)
 
-	// Errors from the database come back typed through database/sql too.
-	_, err = b.client.EnqueueBun(b.ctx, db, validEvent("k", 0))
+	// Errors from the database come back typed through database/sql too; the transaction is
+	// aborted by them.
+	tx, err = db.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	_, err = b.client.EnqueueSQLTx(b.ctx, tx, validEvent("k", 0))
 	requireLateEvent(t, err, "k", 0, 1)
-	_, err = b.client.EnqueueBun(b.ctx, db, ordered.Event{Key: ""})
+	require.Error(t, tx.Commit())
+	_, err = b.enqueueManySQL(db, []ordered.Event{validEvent("x", 1), {Key: ""}})
 	require.ErrorIs(t, err, ordered.ErrInvalidEvent)
-
+	require.EqualValues(t, 1, b.jobRowCount(t))
 	require.NoError(t, b.client.Complete(b.ctx, j))
-	j = b.claimOne(t, b.client)
-	require.Equal(t, direct.ID, j.ID)
-	require.NoError(t, b.client.Complete(b.ctx, j))
-	b.claimNone(t, b.client)
 }
 
 // The pgx form (typed arrays) and the database/sql form (JSON) of an enqueue store the same
@@ -1165,7 +1158,7 @@ func TestEnqueueBunFollowsTheCallersTransaction(t *testing.T) {
 func TestEnqueueBothFormsStoreTheSameColumns(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	db := b.openBunDB(t)
+	db := b.openSQLDB(t)
 	runAt := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
 	events := []ordered.Event{
 		{Key: "plain", Seq: 0},
@@ -1205,7 +1198,7 @@ func TestEnqueueBothFormsStoreTheSameColumns(t *testing.T) {
 	before := time.Now()
 	_, err := b.client.EnqueueMany(b.ctx, with("pgx/"))
 	require.NoError(t, err)
-	_, err = b.client.EnqueueManyBun(b.ctx, db, with("sql/"))
+	_, err = b.enqueueManySQL(db, with("sql/"))
 	require.NoError(t, err)
 
 	viaPgx, viaSQL := stored("pgx/"), stored("sql/")

@@ -2,8 +2,8 @@ package ordered_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,8 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/orderedq/ordered/internal/pgbouncer"
 	"github.com/orderedq/ordered/ordered"
@@ -217,7 +215,7 @@ func startPoolerWorker(t *testing.T, b *poolerBundle, l *runLog, cfg *ordered.Wo
 
 const businessTableSQL = `CREATE TABLE business (id int PRIMARY KEY)`
 
-// EnqueueTx and EnqueueBun through PgBouncer, in callers' transactions that also write a
+// EnqueueTx and EnqueueSQLTx through PgBouncer, in callers' transactions that also write a
 // business row, several at once: what commits has its job, what rolls back has neither.
 func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 	t.Parallel()
@@ -229,9 +227,9 @@ func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 			require.NoError(t, err)
 			cfg, err := pgx.ParseConfig(b.url)
 			require.NoError(t, err)
-			bdb := bun.NewDB(stdlib.OpenDB(*cfg), pgdialect.New())
-			bdb.SetMaxOpenConns(4)
-			t.Cleanup(func() { require.NoError(t, bdb.Close()) })
+			sdb := stdlib.OpenDB(*cfg)
+			sdb.SetMaxOpenConns(4)
+			t.Cleanup(func() { require.NoError(t, sdb.Close()) })
 
 			const perPath, goroutines = 12, 4
 			var wg sync.WaitGroup
@@ -248,9 +246,9 @@ func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 							if err := enqueueWithPgx(b, id, ev, commit); err != nil {
 								return fmt.Errorf("pgx %d: %w", id, err)
 							}
-							ev.Seq, ev.Key = int64(id+500), "bun"+ev.Key
-							if err := enqueueWithBun(b.ctx, b.client, bdb, id+500, ev, commit); err != nil {
-								return fmt.Errorf("bun %d: %w", id+500, err)
+							ev.Seq, ev.Key = int64(id+500), "sql"+ev.Key
+							if err := enqueueWithSQL(b.ctx, b.client, sdb, id+500, ev, commit); err != nil {
+								return fmt.Errorf("sql %d: %w", id+500, err)
 							}
 						}
 						return nil
@@ -304,27 +302,24 @@ func enqueueWithPgx(b *poolerBundle, id int, ev ordered.Event, commit bool) erro
 	return tx.Rollback(b.ctx)
 }
 
-var errRollback = errors.New("roll back")
-
-// enqueueWithBun does what enqueueWithPgx does, in a bun transaction (bun interpolates its
-// own statements' arguments: they need no exec mode).
-func enqueueWithBun(ctx context.Context, c *ordered.Client, db *bun.DB, id int, ev ordered.Event, commit bool) error {
-	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO business (id) VALUES (?)`, id); err != nil {
-			return err
-		}
-		if _, err := c.EnqueueBun(ctx, tx, ev); err != nil {
-			return err
-		}
-		if !commit {
-			return errRollback
-		}
-		return nil
-	})
-	if errors.Is(err, errRollback) {
-		return nil
+// enqueueWithSQL does what enqueueWithPgx does, in a database/sql transaction on pgx's stdlib
+// driver, which reads the exec mode from a statement's first argument as pgx does.
+func enqueueWithSQL(ctx context.Context, c *ordered.Client, db *sql.DB, id int, ev ordered.Event, commit bool) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
 	}
-	return err
+	defer tx.Rollback() //nolint:errcheck // a no-op after commit
+	if _, err := tx.ExecContext(ctx, `INSERT INTO business (id) VALUES ($1)`, pgx.QueryExecModeCacheDescribe, id); err != nil {
+		return err
+	}
+	if _, err := c.EnqueueSQLTx(ctx, tx, ev); err != nil {
+		return err
+	}
+	if commit {
+		return tx.Commit()
+	}
+	return tx.Rollback()
 }
 
 // A worker whose pooler is not declared finds out that its LISTEN receives nothing behind a
