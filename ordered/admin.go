@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/orderedq/ordered/ordered/internal/store"
 )
 
@@ -94,7 +96,18 @@ type ReplayParams struct {
 // the key's later jobs. ErrReplayOutOfOrder: later jobs already ran (use Force);
 // ErrLaterJobRunning: a later job is running now; ErrNotFailed: no such failed job.
 func (c *Client) Replay(ctx context.Context, id int64, p ReplayParams) error {
-	if err := store.JobReplay(ctx, c.db, id, p.Force); err != nil {
+	return c.replay(ctx, c.db, id, p)
+}
+
+// ReplayTx is Replay inside tx, so the job is queued again with the caller's own changes or
+// not at all. On error tx is aborted: roll it back. Until tx ends, the job's key is locked:
+// its enqueues and completions wait for tx.
+func (c *Client) ReplayTx(ctx context.Context, tx pgx.Tx, id int64, p ReplayParams) error {
+	return c.replay(ctx, c.in(tx), id, p)
+}
+
+func (c *Client) replay(ctx context.Context, db store.DBTX, id int64, p ReplayParams) error {
+	if err := store.JobReplay(ctx, db, id, p.Force); err != nil {
 		return mapDBError(err)
 	}
 	return nil
@@ -104,7 +117,18 @@ func (c *Client) Replay(ctx context.Context, id int64, p ReplayParams) error {
 // key's next job may run. released is false when the job held nothing (it failed under the
 // skip policy, or was skipped before): nothing changed. ErrNotFailed: no such failed job.
 func (c *Client) Skip(ctx context.Context, id int64) (released bool, err error) {
-	released, err = store.JobSkip(ctx, c.db, id)
+	return c.skip(ctx, c.db, id)
+}
+
+// SkipTx is Skip inside tx, so the key is released with the caller's own changes or not at
+// all. On error tx is aborted: roll it back. Until tx ends, the job's key is locked: its
+// enqueues and completions wait for tx.
+func (c *Client) SkipTx(ctx context.Context, tx pgx.Tx, id int64) (released bool, err error) {
+	return c.skip(ctx, c.in(tx), id)
+}
+
+func (c *Client) skip(ctx context.Context, db store.DBTX, id int64) (bool, error) {
+	released, err := store.JobSkip(ctx, db, id)
 	if err != nil {
 		return false, mapDBError(err)
 	}

@@ -288,15 +288,33 @@ func (c *Client) Retry(ctx context.Context, job *Job, cause error) (Outcome, err
 
 // RetryAfter is Retry with a delay chosen by the caller.
 func (c *Client) RetryAfter(ctx context.Context, job *Job, delay time.Duration, cause error) (Outcome, error) {
+	return c.retryAfter(ctx, c.db, false, job, delay, cause)
+}
+
+// RetryTx is Retry inside tx, so the job goes back with the caller's own changes or not at
+// all. ErrLeaseLost: the claim is no longer current, and tx is aborted by the database (as by
+// CompleteTx): nothing written in it can commit. Roll it back. Until tx ends, the job's row is
+// locked: its lease renewals wait for tx.
+func (c *Client) RetryTx(ctx context.Context, tx pgx.Tx, job *Job, cause error) (Outcome, error) {
+	return c.RetryAfterTx(ctx, tx, job, c.cfg.Backoff.Delay(job.Attempt), cause)
+}
+
+// RetryAfterTx is RetryTx with a delay chosen by the caller.
+func (c *Client) RetryAfterTx(ctx context.Context, tx pgx.Tx, job *Job, delay time.Duration, cause error) (Outcome, error) {
+	return c.retryAfter(ctx, c.in(tx), true, job, delay, cause)
+}
+
+// retryAfter runs a retry on db; inTx: db is a caller's transaction, which a lost claim aborts.
+func (c *Client) retryAfter(ctx context.Context, db store.DBTX, inTx bool, job *Job, delay time.Duration, cause error) (Outcome, error) {
 	if job.Attempt >= job.MaxAttempts {
-		return c.fail(ctx, job, cause, true)
+		return c.fail(ctx, db, inTx, job, cause, true)
 	}
-	ok, err := store.JobReleaseForRetry(ctx, c.db, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
+	ok, err := store.JobReleaseForRetry(ctx, db, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
 	if err != nil {
 		return OutcomeNone, fmt.Errorf("ordered: retry job %d: %w", job.ID, err)
 	}
 	if !ok {
-		return OutcomeNone, ErrLeaseLost
+		return OutcomeNone, c.claimLost(ctx, db, inTx, job)
 	}
 	return OutcomeRetried, nil
 }
@@ -305,24 +323,44 @@ func (c *Client) RetryAfter(ctx context.Context, job *Job, delay time.Duration, 
 // blocks or moves on. With an error the outcome is OutcomeNone; ErrLeaseLost: the claim was
 // lost, nothing changed.
 func (c *Client) Fail(ctx context.Context, job *Job, cause error) (Outcome, error) {
-	return c.fail(ctx, job, cause, false)
+	return c.fail(ctx, c.db, false, job, cause, false)
 }
 
-func (c *Client) fail(ctx context.Context, job *Job, cause error, exhausted bool) (Outcome, error) {
+// FailTx is Fail inside tx, so the job fails with the caller's own changes or not at all.
+// ErrLeaseLost: the claim is no longer current, and tx is aborted by the database (as by
+// CompleteTx): nothing written in it can commit. Roll it back.
+func (c *Client) FailTx(ctx context.Context, tx pgx.Tx, job *Job, cause error) (Outcome, error) {
+	return c.fail(ctx, c.in(tx), true, job, cause, false)
+}
+
+func (c *Client) fail(ctx context.Context, db store.DBTX, inTx bool, job *Job, cause error, exhausted bool) (Outcome, error) {
 	decision := c.cfg.Policy.Decide(&policy.Failure{
 		JobID: job.ID, Key: job.Key, Seq: job.Seq, Kind: job.Kind,
 		Attempts: job.Attempt, MaxAttempts: job.MaxAttempts, Err: cause, Exhausted: exhausted,
 	})
-	ok, err := store.JobFailIfClaimed(ctx, c.db, store.JobFailParams{
+	ok, err := store.JobFailIfClaimed(ctx, db, store.JobFailParams{
 		ID: job.ID, Version: job.ClaimVersion, Error: errorText(cause), Block: decision == policy.Block,
 	})
 	if err != nil {
 		return OutcomeNone, fmt.Errorf("ordered: fail job %d: %w", job.ID, err)
 	}
 	if !ok {
-		return OutcomeNone, ErrLeaseLost
+		return OutcomeNone, c.claimLost(ctx, db, inTx, job)
 	}
 	return outcomeOf(decision), nil
+}
+
+// claimLost reports job's claim lost: ErrLeaseLost. In a caller's transaction it first
+// aborts that transaction, so that what the caller wrote beside the write cannot commit.
+func (c *Client) claimLost(ctx context.Context, db store.DBTX, inTx bool, job *Job) error {
+	if !inTx {
+		return ErrLeaseLost
+	}
+	err := mapDBError(store.JobClaimLost(ctx, db, job.ID, job.ClaimVersion))
+	if err == nil || errors.Is(err, ErrLeaseLost) {
+		return ErrLeaseLost
+	}
+	return fmt.Errorf("ordered: abort the transaction of lost claim %d of job %d: %w", job.ClaimVersion, job.ID, err)
 }
 
 // FailExhausted fails, through the policy, up to limit jobs whose lease expired on their last

@@ -27,6 +27,7 @@ func query(name string) string {
 
 var (
 	jobBatchOutcomeSQL    = query("job_batch_outcome.sql")
+	jobClaimLostSQL       = query("job_claim_lost.sql")
 	jobClaimManySQL       = query("job_claim_many.sql")
 	jobCompleteManySQL    = query("job_complete_many.sql")
 	jobCompleteOrAbortSQL = query("job_complete_or_abort.sql")
@@ -192,6 +193,13 @@ func JobCompleteMany(ctx context.Context, db DBTX, ids, versions []int64, nextLi
 // longer current fails with SQLSTATE ORD06 and aborts the transaction.
 func JobCompleteOrAbort(ctx context.Context, db DBTX, id, version int64) error {
 	_, err := db.Exec(ctx, jobCompleteOrAbortSQL, id, version)
+	return err
+}
+
+// JobClaimLost fails with SQLSTATE ORD06 for the claim (id, version), which aborts the
+// transaction db: a fenced write in a caller's transaction that found its claim lost calls it.
+func JobClaimLost(ctx context.Context, db DBTX, id, version int64) error {
+	_, err := db.Exec(ctx, jobClaimLostSQL, id, version)
 	return err
 }
 
