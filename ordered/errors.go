@@ -53,6 +53,7 @@ type InvalidEventError struct {
 	Reason string
 }
 
+// Error names the event by its index, key and seq, and the field at fault.
 func (e *InvalidEventError) Error() string {
 	return fmt.Sprintf("ordered: invalid event at index %d (key %q, seq %d): %s: %s",
 		e.Index, truncate(e.Key, 64), e.Seq, e.Field, e.Reason)
@@ -72,6 +73,7 @@ type LateEventError struct {
 	LaterSeq int64
 }
 
+// Error names the key, the late seq and, when known, the later seq that already started.
 func (e *LateEventError) Error() string {
 	if e.LaterSeq < 0 {
 		return fmt.Sprintf("ordered: late event: key %q seq %d arrived after a later event of the key had already started",
@@ -102,6 +104,7 @@ type DuplicateConflictError struct {
 	Stored bool
 }
 
+// Error names the event, the field that differs and where the other event is.
 func (e *DuplicateConflictError) Error() string {
 	where := "earlier in the same batch"
 	if e.Stored {

@@ -711,3 +711,39 @@ func TestWorkerStopAndCancelGivesBackClaimedNextJob(t *testing.T) {
 	require.Nil(t, attemptedAt, "a job that never ran has not started")
 	require.Equal(t, "k/2", describe([]*ordered.Job{b.claimOne(t, b.client)})[0])
 }
+
+// A panic outside any handler (here the failure policy's, called as the worker settles a job)
+// is not lost in a goroutine nobody watches: the worker's Stop, where its owner waits, re-raises
+// it, once everything else has stopped.
+func TestAPanicInTheWorkersMachineryIsReraisedByStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1)
+	c := b.newClient(t, &ordered.Config{Policy: policy.Func(func(*policy.Failure) policy.Decision {
+		panic("policy broke")
+	})})
+	ran := make(chan struct{})
+	w, err := c.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error {
+		close(ran)
+		return ordered.Permanent(errors.New("bad job"))
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	select {
+	case <-ran:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler did not run")
+	}
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		_ = w.Stop(b.ctx)
+	}()
+	require.NotNil(t, recovered, "the policy's panic was lost")
+	require.Contains(t, fmt.Sprint(recovered), "policy broke")
+	select {
+	case <-w.Stopped():
+	default:
+		t.Fatal("Stopped is open after Stop re-raised the panic")
+	}
+}

@@ -28,6 +28,7 @@ type ID struct {
 	Seq int64
 }
 
+// String is "key/seq".
 func (id ID) String() string { return fmt.Sprintf("%s/%d", id.Key, id.Seq) }
 
 // Start is an attempt that began.
