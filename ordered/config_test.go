@@ -1,6 +1,7 @@
 package ordered_test
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -30,4 +31,35 @@ func TestNewClientRejectsBadConfig(t *testing.T) {
 	}
 	_, err := ordered.NewClient(nil, &ordered.Config{MaxAttempts: math.MaxInt32})
 	require.NoError(t, err)
+}
+
+// A bad WorkerConfig is refused by NewWorker with an error naming the field; zero fields take
+// their defaults, which are valid for any lease a Client accepts.
+func TestNewWorkerRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	c, err := ordered.NewClient(nil, &ordered.Config{Lease: time.Second})
+	require.NoError(t, err)
+	h := ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil })
+	cases := []struct {
+		cfg   ordered.WorkerConfig
+		field string
+	}{
+		{ordered.WorkerConfig{Workers: -1}, "WorkerConfig.Workers"},
+		{ordered.WorkerConfig{PollInterval: ordered.PollIntervalMin - 1}, "WorkerConfig.PollInterval"},
+		{ordered.WorkerConfig{HeartbeatInterval: time.Second}, "WorkerConfig.HeartbeatInterval"},
+		{ordered.WorkerConfig{HeartbeatInterval: -time.Millisecond}, "WorkerConfig.HeartbeatInterval"},
+		{ordered.WorkerConfig{StopGrace: 800 * time.Millisecond}, "WorkerConfig.StopGrace"},
+		{ordered.WorkerConfig{MaxAttempts: -1}, "WorkerConfig.MaxAttempts"},
+		{ordered.WorkerConfig{MaintenanceInterval: -time.Second}, "WorkerConfig.MaintenanceInterval"},
+	}
+	for _, tc := range cases {
+		_, err := c.NewWorker(h, &tc.cfg)
+		require.ErrorContains(t, err, "ordered: "+tc.field, "%+v", tc.cfg)
+	}
+	for _, lease := range []time.Duration{ordered.LeaseMin, ordered.LeaseDefault} {
+		c, err := ordered.NewClient(nil, &ordered.Config{Lease: lease})
+		require.NoError(t, err)
+		_, err = c.NewWorker(h, nil)
+		require.NoError(t, err, "the defaults under a lease of %v", lease)
+	}
 }
