@@ -20,14 +20,17 @@
 // the policy (package policy: block the key or skip the job), wakes on LISTEN/NOTIFY, and does
 // the queue's maintenance. A TxHandlerFunc commits its effect together with the completion.
 //
-// The same steps are available by hand: Client.Claim, then Complete (or CompleteTx), Retry,
-// Fail and Renew, each fenced by the claim: a stale worker gets ErrLeaseLost, never success.
+// The same steps are available by hand: Client.Claim, then Complete, Retry, RetryAfter, Fail
+// and Renew, each fenced by the claim: a stale worker gets ErrLeaseLost, never success. Their
+// Tx twins (CompleteTx, RetryTx, RetryAfterTx, FailTx) settle the job inside the caller's
+// transaction, and a lost claim aborts that transaction.
 //
 // # Operate
 //
-// Client.FailedJobs, BlockedKeys, Replay, Skip, Archive and Stats are the admin operations;
-// the ordered command exposes them on the command line. Package schema migrates the database,
-// package orderedtest gives tests a fresh queue, and package history checks recorded runs.
+// Client.FailedJobs, BlockedKeys, Replay, Skip, Archive and Stats are the admin operations
+// (ReplayTx and SkipTx inside the caller's transaction); the ordered command exposes them on
+// the command line. Package schema migrates the database, package orderedtest gives tests a
+// fresh queue, and package history checks recorded runs.
 //
 // # Connection poolers
 //
