@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os/exec"
-	"slices"
 	"testing"
-	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/stretchr/testify/require"
 
@@ -88,37 +84,4 @@ func TestBenchSizeFlags(t *testing.T) {
 		require.Equal(t, 1, bytes.Count(errOut.Bytes(), []byte("\n")), "one line: %q", errOut.String())
 		require.Contains(t, errOut.String(), want)
 	}
-}
-
-// Each size flag sets its own size, and only the flags given override a size set.
-func TestBenchSizeFlagsMapEachSize(t *testing.T) {
-	t.Parallel()
-	parse := func(args ...string) benchSizes {
-		t.Helper()
-		set := benchFull
-		cmd := &cobra.Command{}
-		registerSizeFlags(cmd, &set)
-		require.NoError(t, cmd.Flags().Parse(args))
-		got := benchQuick
-		got.concurrency, got.handlers = slices.Clone(got.concurrency), slices.Clone(got.handlers)
-		require.NoError(t, applySizeFlags(&got, &set, cmd.Flags().Changed))
-		return got
-	}
-
-	require.Equal(t, benchSizes{
-		ceilingTime: time.Millisecond, concurrency: []int{2},
-		many: 3, manyKeys: 4, orderedKeys: 5, per: 6, serial: 7, handlers: []int{8, 9},
-		hotSmall: 10, hotBig: 11, hotOthers: 12,
-		deepJobs: 13, deepKs: 14, deepTime: 15 * time.Millisecond,
-		bulk: 16, singleTime: 17 * time.Millisecond, wakeSamples: 18,
-		churnRate: 19, churn: 20 * time.Millisecond,
-	}, parse("--ceiling-time=1ms", "--ceiling-clients=2", "--many-jobs=3", "--many-keys=4",
-		"--ordered-keys=5", "--per-key=6", "--serial-jobs=7", "--handlers=8,9", "--hot-small=10",
-		"--hot-big=11", "--hot-others=12", "--deep-jobs=13", "--deep-keys=14", "--deep-time=15ms",
-		"--bulk-events=16", "--single-time=17ms", "--wake-samples=18", "--churn-rate=19",
-		"--duration=20ms"), "every size has a flag of its own")
-
-	want := benchQuick
-	want.per = 6
-	require.Equal(t, want, parse("--per-key=6"), "one flag changes one size")
 }

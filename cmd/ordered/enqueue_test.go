@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/cmd/ordered/internal/cli"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/orderedtest"
 	"github.com/orderedq/ordered/policy"
@@ -156,7 +157,7 @@ func TestEnqueueLineTooLong(t *testing.T) {
 	var stdout, stderr strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	code := run(ctx, []string{"enqueue", "--database-url", q.URL}, in, &stdout, &stderr)
+	code := cli.Main(ctx, []string{"enqueue", "--database-url", q.URL}, in, &stdout, &stderr)
 	r := cliResult{stdout: stdout.String(), stderr: stderr.String(), code: code}
 	requireOneLineError(t, r)
 	require.Contains(t, r.stderr, "longer than")
@@ -216,8 +217,8 @@ func TestEnqueueSources(t *testing.T) {
 	require.Equal(t, 4, jobCount(t, q.Pool))
 }
 
-// `ordered enqueue` streams: it sends a chunk of events (enqueueChunk events, or
-// enqueueChunkBytes of lines) before it has read the rest of its input, and all chunks go in
+// `ordered enqueue` streams: it sends a chunk of events (cli.EnqueueChunk events, or
+// cli.EnqueueChunkBytes of lines) before it has read the rest of its input, and all chunks go in
 // one transaction, so a bad last line leaves nothing of the input enqueued and is named by its
 // number. The test holds the input open until the first chunk holds its key's row lock.
 func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
@@ -235,10 +236,10 @@ func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
 		last       string
 		want       string
 	}{
-		{"bad line", smallLine, enqueueChunk, 2*enqueueChunk + 500, `{"key":"k1"}`, "missing seq"},
-		{"event the database refuses", smallLine, enqueueChunk, 2*enqueueChunk + 500,
+		{"bad line", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500, `{"key":"k1"}`, "missing seq"},
+		{"event the database refuses", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500,
 			`{"key":"k1","seq":1,"payload":1e1000000}`, "value overflows numeric format"},
-		{"chunks bounded by bytes", bigLine, enqueueChunkBytes/len(bigLine(0)) + 1, 12,
+		{"chunks bounded by bytes", bigLine, cli.EnqueueChunkBytes/len(bigLine(0)) + 1, 12,
 			`{"key":"k1","seq":1,"payload":"\ud800"}`, `payload: contains \ud800`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -296,13 +297,13 @@ func TestEnqueueManyChunks(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
 	var in strings.Builder
-	for i := range 2*enqueueChunk + 10 {
-		j := i % (enqueueChunk + 5) // lines 10,006 on repeat lines 1 to 10,005
+	for i := range 2*cli.EnqueueChunk + 10 {
+		j := i % (cli.EnqueueChunk + 5) // lines 10,006 on repeat lines 1 to 10,005
 		fmt.Fprintf(&in, `{"key":"k%d","seq":%d}`+"\n", j%100, j)
 	}
 	r := runCLI(t, q.URL, in.String(), "enqueue")
 	require.Zero(t, r.code, r.stderr)
-	want := fmt.Sprintf("enqueued %d events from stdin (%d new, %d duplicates)\n", 2*enqueueChunk+10, enqueueChunk+5, enqueueChunk+5)
+	want := fmt.Sprintf("enqueued %d events from stdin (%d new, %d duplicates)\n", 2*cli.EnqueueChunk+10, cli.EnqueueChunk+5, cli.EnqueueChunk+5)
 	require.Equal(t, want, r.stdout)
-	require.Equal(t, enqueueChunk+5, jobCount(t, q.Pool))
+	require.Equal(t, cli.EnqueueChunk+5, jobCount(t, q.Pool))
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/orderedq/ordered/cmd/ordered/internal/cli"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -78,7 +80,7 @@ func runCLI(t *testing.T, dbURL, stdin string, args ...string) cliResult {
 		full = append(append([]string{}, args...), "--database-url", dbURL)
 	}
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, full, strings.NewReader(stdin), &stdout, &stderr)
+	code := cli.Main(ctx, full, strings.NewReader(stdin), &stdout, &stderr)
 	return cliResult{args: args, stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 

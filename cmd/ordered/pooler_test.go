@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/cmd/ordered/internal/cli"
 	"github.com/orderedq/ordered/internal/pgbouncer"
 	"github.com/orderedq/ordered/ordered/orderedtest"
 )
@@ -80,7 +81,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 			q := orderedtest.New(t)
 			bouncer := pgbouncer.New(t, mode, q.Schema)
 			url := bouncer.URL(q.Schema)
-			cli := func(stdin string, args ...string) cliResult {
+			ordered := func(stdin string, args ...string) cliResult {
 				t.Helper()
 				r := runBin(t, stdin, append([]string{"--pooler", string(mode), "--database-url", url}, args...)...)
 				require.Zero(t, r.code, "ordered %s: %s", strings.Join(args, " "), r.stderr)
@@ -105,7 +106,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					cli("", "enqueue", path)
+					ordered("", "enqueue", path)
 				}()
 			}
 			wg.Wait()
@@ -132,23 +133,23 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 			},
 				time.Minute, 10*time.Millisecond, "drained")
 
-			var status statusJSON
-			require.NoError(t, json.Unmarshal([]byte(cli("", "status", "--json").stdout), &status))
-			require.Equal(t, statusJSON{Queued: 1, Done: keys * seqs, Blocked: 1, BlockedKeyCount: 1,
+			var status cli.StatusJSON
+			require.NoError(t, json.Unmarshal([]byte(ordered("", "status", "--json").stdout), &status))
+			require.Equal(t, cli.StatusJSON{Queued: 1, Done: keys * seqs, Blocked: 1, BlockedKeyCount: 1,
 				BlockedKeys: status.BlockedKeys, OldestReadySeconds: status.OldestReadySeconds}, status)
 			require.Len(t, status.BlockedKeys, 1)
 			require.Equal(t, "bad", status.BlockedKeys[0].Key)
-			var failed []failedJSON
-			require.NoError(t, json.Unmarshal([]byte(cli("", "failed", "--json").stdout), &failed))
+			var failed []cli.FailedJSON
+			require.NoError(t, json.Unmarshal([]byte(ordered("", "failed", "--json").stdout), &failed))
 			require.Len(t, failed, 1)
 			require.Equal(t, "bad", failed[0].Key)
 			id := strconv.FormatInt(failed[0].ID, 10)
 
-			cli("", "replay", id) // it runs, its attempts counted anew, and fails again
+			ordered("", "replay", id) // it runs, its attempts counted anew, and fails again
 			require.Eventually(t, func() bool {
 				return strings.Count(w.file("runs.log"), "bad 1 ") == 2 && count("key = 'bad' AND seq = 1 AND status = 'blocked'") == 1
 			}, time.Minute, 10*time.Millisecond, "replayed; worker stderr:\n%s", w.stderr())
-			cli("", "skip", id) // bad/2 runs
+			ordered("", "skip", id) // bad/2 runs
 			require.Eventually(t, func() bool { return count("status = 'done'") == keys*seqs+1 },
 				time.Minute, 10*time.Millisecond, "skipped; worker stderr:\n%s", w.stderr())
 			require.Zero(t, count("status IN ('running', 'queued')"), "none left running or queued")

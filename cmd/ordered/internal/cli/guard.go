@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/internal/execguard"
+)
+
+// execGuardCmd is the guard that the worker starts for each job (see execHandler and package
+// execguard): it exits with its command's exit status, or 128+N if a signal N ended it.
+func (a *app) execGuardCmd() *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:    execguard.Name + " --grace DURATION -- COMMAND",
+		Short:  "Supervise one job's --exec command (started by ordered work)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := execguard.Supervise(cmd.Context(), args[0], grace)
+			if err != nil {
+				return err
+			}
+			return exitCode(code)
+		},
+	}
+	cmd.Flags().DurationVar(&grace, "grace", killGraceDefault, "time between SIGTERM and SIGKILL")
+	return cmd
+}

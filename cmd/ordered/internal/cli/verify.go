@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/orderedq/ordered/internal/verify"
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+const verifyLong = `Verify starts a private PostgreSQL cluster, and for each failure policy (block, skip) and
+each kind of handler (transactional: effect committed with the completion; at-least-once:
+effect applied before it, by a receiver that checks the claim like a fencing token, so it may
+land twice but never out of order) enqueues events over many keys (some flaky, one poison), runs
+several worker processes over them and injects faults while they run: SIGKILL of a worker
+(restarted), SIGSTOP past its lease then SIGCONT, pg_terminate_backend of the workers'
+connections, and a restart of PostgreSQL. Every attempt and effect is recorded on the
+database clock and the history is checked: lost jobs, duplicated effects, re-executions,
+order inversions, failures beyond the poison events, and the longest recovery after a kill.
+The last line says whether the run is clean; a run that is not exits non-zero.
+
+Full form: 4 runs of 200 keys x 25 events, about 4 minutes. --short: 4 runs of 40 x 15,
+under 2 minutes.`
+
+func (a *app) verifyCmd() *cobra.Command {
+	var (
+		short bool
+		o     verify.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "The chaos run: a workload through crashes, stalls, dropped connections and a PostgreSQL restart, with its history checked",
+		Long:  verifyLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if short {
+				o.Keys, o.PerKey = 40, 15
+			}
+			return verify.Run(cmd.Context(), o, a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&short, "short", false, "the short form (CI)")
+	f.IntVar(&o.Keys, "keys", 200, "keys per run")
+	f.IntVar(&o.PerKey, "per-key", 25, "events per key")
+	f.IntVar(&o.Processes, "processes", 3, "worker processes")
+	f.IntVar(&o.Workers, "workers", 4, "handlers per worker process")
+	f.DurationVar(&o.Lease, "lease", time.Second, "lease of the workers")
+	f.DurationVar(&o.Work, "work", 20*time.Millisecond, "mean time a handler works on a job")
+	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "give up a run that has not drained after this long")
+	return cmd
+}
+
+// verifyWorkerCmd is a worker process of the chaos run (see verify.Worker).
+func (a *app) verifyWorkerCmd() *cobra.Command {
+	var (
+		w          verify.Worker
+		policyName string
+	)
+	cmd := &cobra.Command{
+		Use:    verify.WorkerCommand,
+		Short:  "A worker process of the chaos run",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if w.Policy, err = policy.ParseDecision(policyName); err != nil {
+				return err
+			}
+			return a.runWorker(cmd.Context(), workerSetup{
+				client:  w.Config(quietLogger(a.stderr)),
+				worker:  w.WorkerConfig(),
+				handler: func(pool *pgxpool.Pool) ordered.Handler { return w.Handler(pool) },
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&policyName, "policy", "block", "block or skip")
+	f.IntVar(&w.Workers, "workers", 6, "handlers")
+	f.DurationVar(&w.Lease, "lease", time.Second, "lease")
+	f.BoolVar(&w.Transactional, "transactional", false, "commit each effect with its completion")
+	f.DurationVar(&w.Work, "work", 20*time.Millisecond, "mean time spent on a job")
+	return cmd
+}

@@ -1,0 +1,164 @@
+// Package demo is `ordered demo`, the main job: a realistic per-customer event stream (see
+// Stream) is enqueued and run by two worker processes, one of which is killed with SIGKILL
+// midway and replaced; a report ends it, with a per-key order check over the effects the
+// handlers recorded.
+//
+// The worker processes are this binary run with WorkerCommand, which the binary must dispatch
+// to a worker built from a Worker. Run works in a schema of its own, dropped at its end.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orderedq/ordered/internal/harness"
+	"github.com/orderedq/ordered/ordered"
+)
+
+// Options are the settings of a demo run.
+type Options struct {
+	// DatabaseURL is the database; empty: the server on 127.0.0.1:5432, else a private
+	// cluster.
+	DatabaseURL string
+	// Policy is what the poison event does to its customer: block or skip.
+	Policy string
+	// Workers is the number of handlers of each worker process.
+	Workers int
+	// Keep keeps the demo's schema instead of dropping it.
+	Keep bool
+	// Events is the stream to enqueue; nil: Stream(Customers).
+	Events []ordered.Event
+	// Stderr takes the worker processes' standard error.
+	Stderr io.Writer
+}
+
+// enqueueChunk is the most events enqueued in one statement.
+const enqueueChunk = 10_000
+
+// effectsSQL creates the table of the effects the handlers apply.
+const effectsSQL = `CREATE TABLE demo_effects (
+    id         bigserial   PRIMARY KEY,
+    key        text        NOT NULL,
+    seq        bigint      NOT NULL,
+    attempt    integer     NOT NULL,
+    worker     text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`
+
+// demo is one run of the demo.
+type demo struct {
+	Options
+	out    io.Writer
+	schema *harness.Schema
+	url    string // the schema's URL, for the worker processes
+	pool   *pgxpool.Pool
+}
+
+// Run runs the demo, showing its progress and then its report on out. It fails when the order
+// check finds a problem.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	if o.Events == nil {
+		o.Events = Stream(Customers)
+	}
+	d := &demo{Options: o, out: out}
+	baseURL, closeDB, err := harness.Database(ctx, o.DatabaseURL, out)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := d.setup(ctx, baseURL); err != nil {
+		return err
+	}
+	defer d.teardown()
+	client, err := ordered.NewClient(d.pool, nil)
+	if err != nil {
+		return err
+	}
+	if err := d.enqueue(ctx, client); err != nil {
+		return err
+	}
+	run, err := d.process(ctx)
+	if err != nil {
+		return err
+	}
+	return d.report(ctx, client, run)
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, format+"\n", args...)
+}
+
+// setup creates the demo's own schema, migrates it and creates the effects table.
+func (d *demo) setup(ctx context.Context, baseURL string) (err error) {
+	if d.schema, err = harness.CreateSchema(ctx, baseURL, fmt.Sprintf("ordered_demo_%d", time.Now().UnixNano())); err != nil {
+		return err
+	}
+	if d.url, err = d.schema.URL(); err != nil {
+		return err
+	}
+	if d.pool, err = d.schema.MigratedPool(ctx, 4); err != nil {
+		return err
+	}
+	_, err = d.pool.Exec(ctx, effectsSQL)
+	return err
+}
+
+func (d *demo) teardown() {
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	if d.Keep {
+		d.say("kept schema %s", d.schema.Name)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = d.schema.Drop(ctx)
+}
+
+// enqueue enqueues the events a chunk at a time.
+func (d *demo) enqueue(ctx context.Context, client *ordered.Client) error {
+	for lo := 0; lo < len(d.Events); lo += enqueueChunk {
+		if _, err := client.EnqueueMany(ctx, d.Events[lo:min(lo+enqueueChunk, len(d.Events))]); err != nil {
+			return err
+		}
+	}
+	keys := map[string]bool{}
+	for _, ev := range d.Events {
+		keys[ev.Key] = true
+	}
+	d.say("enqueued %d events for %d customers (policy %s)", len(d.Events), len(keys), d.Policy)
+	return nil
+}
+
+// workerProc is one demo worker process.
+type workerProc struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+func (d *demo) startWorker(name string) (*workerProc, error) {
+	cmd, err := harness.SpawnSelf(io.Discard, d.Stderr, WorkerCommand, "--database-url", d.url, "--name", name,
+		"--policy", d.Policy, "--workers", strconv.Itoa(d.Workers), "--lease", Lease.String())
+	if err != nil {
+		return nil, fmt.Errorf("start worker %s: %w", name, err)
+	}
+	return &workerProc{name: name, cmd: cmd}, nil
+}
+
+// stopWorkers asks the workers to stop and waits for them.
+func stopWorkers(procs []*workerProc) {
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		_ = p.cmd.Wait()
+	}
+}

@@ -1,0 +1,12 @@
+// Package execguard runs a shell command so that it and every process it starts never
+// outlive the one who asked for it.
+//
+// Run starts this very binary (/proc/self/exe) as a guard process, `Name --grace D --
+// COMMAND`, which the binary must dispatch to Supervise. The guard runs COMMAND through
+// /bin/sh in a process group of its own, as a child subreaper, so that every process COMMAND
+// starts stays its descendant, also one that leaves the group or whose parent exits. The guard
+// holds the read end of a control pipe whose write end only the caller of Run holds: when the
+// caller closes it (its context is done) or dies, even by SIGKILL, the guard terminates the
+// whole tree, SIGTERM, then SIGKILL after the grace. When COMMAND exits, what it left running
+// is ended the same way, and the guard exits only once no descendant is left.
+package execguard

@@ -1,0 +1,197 @@
+package execguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Name is the hidden subcommand of the binary that runs the guard: `Name --grace DURATION --
+// COMMAND` must reach Supervise.
+const Name = "__exec-guard"
+
+// controlFD is the guard's end of its control pipe, whose other end only the caller of Run
+// holds.
+const controlFD = 3
+
+// selfExe is this very binary, even once an upgrade replaced or removed its file.
+const selfExe = "/proc/self/exe"
+
+// Command is a shell command to run under a guard.
+type Command struct {
+	// Shell is run through /bin/sh -c.
+	Shell string
+	// Grace is how long the command's processes get between SIGTERM and SIGKILL.
+	Grace time.Duration
+	// Env is the command's whole environment.
+	Env            []string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// Run runs c under a guard process and returns once the guard has exited, so that no process
+// of c is left: nil when the command exited 0, an *exec.ExitError with the command's exit
+// status (128+N if a signal N ended it) otherwise. When ctx is done first, the guard
+// terminates the command's tree and Run returns context.Cause(ctx) once it is gone.
+func Run(ctx context.Context, c Command) error {
+	control, keep, err := os.Pipe() // both close-on-exec: no other child inherits them
+	if err != nil {
+		return fmt.Errorf("control pipe: %w", err)
+	}
+	defer keep.Close()
+	cmd := exec.Command(selfExe, Name, "--grace", c.Grace.String(), "--", c.Shell)
+	cmd.Args[0] = os.Args[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.Env = c.Env
+	cmd.ExtraFiles = []*os.File{control} // the guard's controlFD
+	// A group of its own, so that a ^C meant for the caller (which drains) does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	control.Close()
+	if err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		return err
+	case <-ctx.Done():
+		keep.Close() // the guard terminates the command: SIGTERM now, SIGKILL after the grace
+		<-waited
+		return context.Cause(ctx)
+	}
+}
+
+// Supervise is the guard: it runs command until it and everything it started are gone and
+// returns its exit code, or 128+N if a signal N ended it. It terminates the whole tree
+// (SIGTERM, then SIGKILL after grace) when its control pipe reaches EOF, when ctx is done, and
+// when command exits leaving processes behind. The caller cancels ctx on SIGTERM and SIGINT:
+// caught, so that command does not inherit them ignored.
+func Supervise(ctx context.Context, command string, grace time.Duration) (int, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(controlFD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return 0, errors.New(Name + " runs only under ordered work (no control pipe)")
+	}
+	syscall.CloseOnExec(controlFD)
+	control := os.NewFile(controlFD, "control")
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("become a child subreaper: %w", err)
+	}
+	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", command}, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("start /bin/sh: %w", err)
+	}
+
+	t := &tree{self: os.Getpid(), pgid: pid, exited: make(chan struct{}), empty: make(chan struct{})}
+	go t.reap(pid)
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, control) // the worker never writes: this returns at EOF
+		close(stop)
+	}()
+
+	select {
+	case <-t.exited:
+	case <-stop:
+	case <-ctx.Done():
+	}
+	select {
+	case <-t.empty:
+	default:
+		t.terminate(grace)
+	}
+	<-t.exited
+	switch ws := t.status; {
+	case ws.Exited():
+		return ws.ExitStatus(), nil
+	case ws.Signaled():
+		return 128 + int(ws.Signal()), nil
+	default:
+		return 1, fmt.Errorf("command ended with wait status %#x", uint32(ws))
+	}
+}
+
+// tree is the process tree under a subreaper: COMMAND's shell (whose pid is its process
+// group) and every process it started.
+type tree struct {
+	self, pgid int
+	// status is the shell's wait status, set before exited is closed.
+	status syscall.WaitStatus
+	exited chan struct{}
+	// empty is closed once no child is left: as a subreaper we inherit every orphaned
+	// descendant before its parent can be reaped, so then no descendant is left either.
+	empty chan struct{}
+}
+
+// reap waits for every child, the shell and the orphans it leaves to us alike.
+func (t *tree) reap(shell int) {
+	defer close(t.empty)
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+		case err != nil:
+			return // ECHILD: nothing is left
+		case pid == shell:
+			t.status = ws
+			close(t.exited)
+		}
+	}
+}
+
+// terminate sends SIGTERM to every process of the tree (and SIGCONT, so that a stopped one
+// gets it), waits up to grace for the tree to empty, then sends SIGKILL until it is empty.
+func (t *tree) terminate(grace time.Duration) {
+	t.signal(syscall.SIGTERM)
+	t.signal(syscall.SIGCONT)
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-t.empty:
+		return
+	case <-timer.C:
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		t.signal(syscall.SIGKILL)
+		select {
+		case <-t.empty:
+			return
+		case <-tick.C: // a process that forked meanwhile
+		}
+	}
+}
+
+// signal sends sig to the shell's process group, at once, and to each descendant outside it,
+// which reaches those that left the group; none gets it twice (a shell would run its trap
+// twice). The group is signalled only while the shell is unreaped: after that its id could be
+// reused, and its members are descendants anyway.
+func (t *tree) signal(sig syscall.Signal) {
+	group := 0
+	select {
+	case <-t.exited:
+	default:
+		if syscall.Kill(-t.pgid, sig) == nil {
+			group = t.pgid
+		}
+	}
+	for _, pid := range descendants(t.self) {
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != group {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/orderedq/ordered/internal/harness"
+)
+
+// faults are injected at fixed points of progress (percent of the jobs settled), so that every
+// run meets each of them.
+var faults = []struct {
+	at   int
+	kind string
+}{{10, "kill"}, {20, "stall"}, {30, "terminate"}, {45, "restart"}, {60, "kill"}, {70, "terminate"}, {80, "stall"}}
+
+// progressPoll is how often the progress of a run is read.
+const progressPoll = 20 * time.Millisecond
+
+// terminateSQL terminates about half of the workers' connections.
+const terminateSQL = `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	WHERE application_name = $1 AND random() < 0.5`
+
+// kill is a worker killed by a fault: its pid, and when, by the database clock.
+type kill struct {
+	pid int
+	at  time.Time
+}
+
+// injectFaults injects the faults, each when the run reaches its point, until the run drains.
+func (r *run) injectFaults(ctx context.Context) error {
+	total := len(r.enqueued)
+	deadline := time.Now().Add(r.o.Timeout)
+	for next := 0; ; {
+		settled, pending, err := harness.Progress(ctx, r.pool)
+		if err == nil && pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("did not drain within %s (%d jobs pending)", r.o.Timeout, pending)
+		}
+		if err != nil || next == len(faults) || settled*100 < faults[next].at*total {
+			time.Sleep(progressPoll)
+			continue
+		}
+		if err := r.inject(ctx, faults[next].kind, r.rng.IntN(len(r.procs))); err != nil {
+			return err
+		}
+		next++
+	}
+}
+
+// inject injects one fault; victim is the worker process a kill or a stall hits.
+func (r *run) inject(ctx context.Context, fault string, victim int) error {
+	switch fault {
+	case "kill":
+		return r.kill(ctx, victim)
+	case "stall":
+		// Stopped past its lease, the worker wakes up as a stale owner; the run goes on.
+		p := r.procs[victim].Process
+		_ = p.Signal(syscall.SIGSTOP)
+		time.AfterFunc(r.o.Lease*5/2, func() { _ = p.Signal(syscall.SIGCONT) })
+		r.res.stalls++
+	case "terminate":
+		var n int
+		if err := r.pool.QueryRow(ctx, terminateSQL, appName).Scan(&n); err == nil {
+			r.res.terminations += n
+		}
+	case "restart":
+		if err := r.cluster.Restart(ctx); err != nil {
+			return fmt.Errorf("restart PostgreSQL: %w", err)
+		}
+		r.res.restarts++
+	}
+	return nil
+}
+
+// kill kills a worker with SIGKILL, noting when, and starts another in its place.
+func (r *run) kill(ctx context.Context, victim int) error {
+	pid := r.procs[victim].Process.Pid
+	_ = r.procs[victim].Process.Kill()
+	_ = r.procs[victim].Wait()
+	var at time.Time
+	if err := r.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err == nil {
+		r.kills = append(r.kills, kill{pid: pid, at: at})
+	}
+	p, err := r.spawn()
+	if err != nil {
+		return err
+	}
+	r.procs[victim] = p
+	r.res.kills++
+	return nil
+}

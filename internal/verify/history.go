@@ -1,0 +1,81 @@
+package verify
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orderedq/ordered/ordered/history"
+)
+
+const (
+	jobsSQL    = `SELECT key, seq, status, finished_at FROM ordered_jobs`
+	startsSQL  = `SELECT key, seq, claim_version, at FROM verify_starts`
+	effectsSQL = `SELECT key, seq, claim_version, id FROM verify_effects`
+	// recoverySQL is the longest time from a kill ($2) to the next start of each job that the
+	// killed process ($1) had started last and not finished by then.
+	recoverySQL = `
+SELECT max(nxt.at - $2) FROM (
+    SELECT DISTINCT ON (key, seq) key, seq, pid, at FROM verify_starts
+    WHERE at <= $2 ORDER BY key, seq, at DESC) AS last
+JOIN ordered_jobs AS j ON j.key = last.key AND j.seq = last.seq
+CROSS JOIN LATERAL (
+    SELECT min(s.at) AS at FROM verify_starts AS s
+    WHERE s.key = last.key AND s.seq = last.seq AND s.at > $2) AS nxt
+WHERE last.pid = $1 AND (j.finished_at IS NULL OR j.finished_at > $2)`
+)
+
+// readHistory reads what the run recorded.
+func readHistory(ctx context.Context, pool *pgxpool.Pool, enqueued, expected []history.ID) (history.History, error) {
+	h := history.History{Enqueued: enqueued, ExpectedFailures: expected}
+	var err error
+	if h.Jobs, err = collect(ctx, pool, jobsSQL, func(r pgx.CollectableRow) (history.Job, error) {
+		var j history.Job
+		var finished *time.Time
+		err := r.Scan(&j.Key, &j.Seq, &j.Status, &finished)
+		if finished != nil {
+			j.FinishedAt = *finished
+		}
+		return j, err
+	}); err != nil {
+		return h, err
+	}
+	if h.Starts, err = collect(ctx, pool, startsSQL, func(r pgx.CollectableRow) (history.Start, error) {
+		var s history.Start
+		return s, r.Scan(&s.Key, &s.Seq, &s.ClaimVersion, &s.At)
+	}); err != nil {
+		return h, err
+	}
+	h.Effects, err = collect(ctx, pool, effectsSQL, func(r pgx.CollectableRow) (history.Effect, error) {
+		var e history.Effect
+		return e, r.Scan(&e.Key, &e.Seq, &e.ClaimVersion, &e.Order)
+	})
+	return h, err
+}
+
+// collect runs query and collects its rows with fn.
+func collect[T any](ctx context.Context, pool *pgxpool.Pool, query string, fn pgx.RowToFunc[T]) ([]T, error) {
+	rows, err := pool.Query(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, fn)
+}
+
+// maxRecovery is the longest recovery after any of the kills: from the kill to the next start
+// of each job the killed process had started last and not finished by then.
+func maxRecovery(ctx context.Context, pool *pgxpool.Pool, kills []kill) (time.Duration, error) {
+	var longest time.Duration
+	for _, k := range kills {
+		var worst *time.Duration
+		if err := pool.QueryRow(ctx, recoverySQL, k.pid, k.at).Scan(&worst); err != nil {
+			return longest, err
+		}
+		if worst != nil && *worst > longest {
+			longest = *worst
+		}
+	}
+	return longest, nil
+}

@@ -1,0 +1,195 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orderedq/ordered/internal/harness"
+	"github.com/orderedq/ordered/internal/pgcluster"
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/history"
+)
+
+// appName marks the workers' connections, the targets of the connection faults.
+const appName = "ordered-verify-worker"
+
+const tablesSQL = `
+CREATE TABLE verify_starts (
+    id            bigserial   PRIMARY KEY,
+    key           text        NOT NULL,
+    seq           bigint      NOT NULL,
+    claim_version bigint      NOT NULL,
+    pid           integer     NOT NULL,
+    at            timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE verify_effects (
+    id            bigserial   PRIMARY KEY,
+    key           text        NOT NULL,
+    seq           bigint      NOT NULL,
+    claim_version bigint      NOT NULL
+)`
+
+// run is one run of the chaos run: a policy and a kind of handler, in a schema of its own.
+type run struct {
+	o             Options
+	cluster       *pgcluster.Cluster
+	policy        string
+	transactional bool
+	rng           *rand.Rand
+
+	pool      *pgxpool.Pool
+	workerURL string
+	procs     []*exec.Cmd
+	// enqueued are the run's events, expected the poison ones among them.
+	enqueued, expected []history.ID
+	kills              []kill
+	res                result
+}
+
+// runOne is one run against a fresh schema of the cluster.
+func runOne(ctx context.Context, cluster *pgcluster.Cluster, o Options, pol string, transactional bool) (result, error) {
+	kind := "at-least-once"
+	if transactional {
+		kind = "transactional"
+	}
+	r := &run{o: o, cluster: cluster, policy: pol, transactional: transactional,
+		rng: rand.New(rand.NewPCG(uint64(len(pol)), 11)),
+		res: result{name: pol + "/" + kind, transactional: transactional}}
+	start := time.Now()
+	if err := r.setup(ctx, fmt.Sprintf("verify_%s_%s", pol, strings.ReplaceAll(kind, "-", "_"))); err != nil {
+		return r.res, err
+	}
+	defer r.pool.Close()
+	if err := r.enqueue(ctx); err != nil {
+		return r.res, err
+	}
+	defer r.killWorkers()
+	if err := r.startWorkers(); err != nil {
+		return r.res, err
+	}
+	if err := r.injectFaults(ctx); err != nil {
+		return r.res, err
+	}
+	for _, p := range r.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	if err := r.check(ctx); err != nil {
+		return r.res, err
+	}
+	r.res.elapsed = time.Since(start)
+	return r.res, nil
+}
+
+// setup creates the run's schema, migrates it and creates the tables of the history.
+func (r *run) setup(ctx context.Context, name string) error {
+	s, err := harness.CreateSchema(ctx, r.cluster.URL(), name)
+	if err != nil {
+		return err
+	}
+	u, err := s.URL()
+	if err != nil {
+		return err
+	}
+	r.workerURL = withAppName(u, appName)
+	if r.pool, err = s.MigratedPool(ctx, 4); err != nil {
+		return err
+	}
+	if _, err := r.pool.Exec(ctx, tablesSQL); err != nil {
+		r.pool.Close()
+		return err
+	}
+	return nil
+}
+
+// enqueue enqueues the workload: flaky events here and there, one poison event.
+func (r *run) enqueue(ctx context.Context) error {
+	var events []ordered.Event
+	for k := range r.o.Keys {
+		key := fmt.Sprintf("key-%03d", k)
+		for s := range r.o.PerKey {
+			p := harness.Script{}
+			if r.rng.IntN(100) < 5 {
+				p.FailAttempts = 1
+			}
+			if k == r.o.Keys/2 && s == r.o.PerKey/3 {
+				p = harness.Script{Poison: true}
+				r.expected = append(r.expected, history.ID{Key: key, Seq: int64(s)})
+			}
+			body, _ := json.Marshal(p)
+			events = append(events, ordered.Event{Key: key, Seq: int64(s), Payload: body, MaxAttempts: 10})
+			r.enqueued = append(r.enqueued, history.ID{Key: key, Seq: int64(s)})
+		}
+	}
+	client, err := ordered.NewClient(r.pool, nil)
+	if err != nil {
+		return err
+	}
+	_, err = client.EnqueueMany(ctx, events)
+	return err
+}
+
+// spawn starts a worker process.
+func (r *run) spawn() (*exec.Cmd, error) {
+	args := []string{WorkerCommand, "--database-url", r.workerURL, "--policy", r.policy,
+		"--workers", strconv.Itoa(r.o.Workers), "--lease", r.o.Lease.String(), "--work", r.o.Work.String()}
+	if r.transactional {
+		args = append(args, "--transactional")
+	}
+	return harness.SpawnSelf(io.Discard, io.Discard, args...)
+}
+
+func (r *run) startWorkers() error {
+	r.procs = make([]*exec.Cmd, r.o.Processes)
+	for i := range r.procs {
+		p, err := r.spawn()
+		if err != nil {
+			r.procs = r.procs[:i]
+			return err
+		}
+		r.procs[i] = p
+	}
+	return nil
+}
+
+// killWorkers kills the workers, stalled ones too, and waits for them.
+func (r *run) killWorkers() {
+	for _, p := range r.procs {
+		_ = p.Process.Signal(syscall.SIGCONT)
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+}
+
+// check reads the run's history and checks it.
+func (r *run) check(ctx context.Context) error {
+	h, err := readHistory(ctx, r.pool, r.enqueued, r.expected)
+	if err != nil {
+		return err
+	}
+	r.res.report = history.Check(h)
+	r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills)
+	return err
+}
+
+// withAppName sets application_name on a libpq URL.
+func withAppName(raw, app string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

@@ -1,0 +1,88 @@
+package verify
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orderedq/ordered/internal/harness"
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+// WorkerCommand is the hidden subcommand that runs a worker process of the chaos run, with the
+// flags --database-url, --policy, --workers, --lease, --work and --transactional (see Worker).
+const WorkerCommand = "verify-worker"
+
+const (
+	startSQL  = `INSERT INTO verify_starts (key, seq, claim_version, pid) VALUES ($1, $2, $3, $4)`
+	effectSQL = `INSERT INTO verify_effects (key, seq, claim_version) VALUES ($1, $2, $3)`
+	// fencedEffectSQL applies an effect only while the claim is current: a receiver that
+	// honours fencing tokens.
+	fencedEffectSQL = `INSERT INTO verify_effects (key, seq, claim_version)
+SELECT $1, $2, $3 WHERE EXISTS (
+    SELECT 1 FROM ordered_jobs WHERE id = $4 AND claim_version = $3 AND status = 'running'
+      AND lease_until > clock_timestamp())`
+)
+
+// Worker is a worker process of the chaos run: it records each attempt's start and applies
+// each effect, transactionally (committed with the completion) or at least once (before it,
+// fenced by the claim).
+type Worker struct {
+	Policy        policy.Decision
+	Workers       int
+	Lease         time.Duration
+	Transactional bool
+	// Work is the mean time spent on a job.
+	Work time.Duration
+}
+
+// Config is the worker's client configuration; logger takes its logs.
+func (w Worker) Config(logger *slog.Logger) ordered.Config {
+	return ordered.Config{
+		Lease:   w.Lease,
+		Policy:  policy.Always(w.Policy),
+		Backoff: policy.Exponential{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		Logger:  logger,
+	}
+}
+
+// WorkerConfig is the configuration of the worker's runtime.
+func (w Worker) WorkerConfig() ordered.WorkerConfig {
+	return ordered.WorkerConfig{
+		Workers: w.Workers, PollInterval: 100 * time.Millisecond, MaintenanceInterval: 300 * time.Millisecond,
+	}
+}
+
+// Handler is the worker's handler; it records the starts through pool.
+func (w Worker) Handler(pool *pgxpool.Pool) ordered.Handler {
+	pid := os.Getpid()
+	if w.Transactional {
+		return ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
+			if err := w.attempt(ctx, pool, job, pid); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, effectSQL, job.Key, job.Seq, job.ClaimVersion)
+			return err
+		})
+	}
+	return ordered.HandlerFunc(func(ctx context.Context, job *ordered.Job) error {
+		if err := w.attempt(ctx, pool, job, pid); err != nil {
+			return err
+		}
+		_, err := pool.Exec(ctx, fencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID)
+		return err
+	})
+}
+
+// attempt records the attempt's start, then plays the event's script.
+func (w Worker) attempt(ctx context.Context, pool *pgxpool.Pool, job *ordered.Job, pid int) error {
+	if _, err := pool.Exec(ctx, startSQL, job.Key, job.Seq, job.ClaimVersion, pid); err != nil {
+		return err
+	}
+	return harness.Play(ctx, job, w.Work)
+}
