@@ -39,14 +39,11 @@ func backfill(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	if indexed, _, err := progress(ctx, pool, o.plan); err != nil || indexed > 0 {
-		return errors.Join(err, fmt.Errorf("the database already holds an index: run in a fresh database or schema (`indexer check` checks this one)"))
-	}
 	client, err := ordered.NewClient(pool, nil)
 	if err != nil {
 		return err
 	}
-	if err := enqueue(ctx, client, o.plan); err != nil {
+	if err := enqueueFresh(ctx, pool, client, o.plan); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "enqueued %d ranges of %d blocks\n", o.plan.ranges, o.plan.size)
@@ -56,26 +53,11 @@ func backfill(ctx context.Context, args []string, out io.Writer) error {
 	go func() { defer close(progressDone); showProgress(progressCtx, pool, o.plan, out) }()
 	defer func() { stopProgress(); <-progressDone }()
 
-	var f fleet
+	f := fleet{out: out, args: []string{"--database-url", o.databaseURL, "--ranges", itoa(o.plan.ranges),
+		"--range-size", itoa(o.plan.size), "--lease", o.lease.String(), "--fetch-time", fetch.String()}}
 	defer f.killAll() // on an early return, leave no worker behind
-	common := []string{"--database-url", o.databaseURL, "--ranges", itoa(o.plan.ranges),
-		"--range-size", itoa(o.plan.size), "--lease", o.lease.String(), "--fetch-time", fetch.String()}
-	var s scenario
-	if s.staleRange, s.crashRange, err = f.run(ctx, out, common, *workers, *crashAt); err != nil {
-		return err
-	}
-	if err := waitIndexed(ctx, pool, s.staleRange); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "range %d is indexed by another worker: resuming the stale worker\n", s.staleRange)
-	if err := f.stale.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return err
-	}
-	var completed, recovered int64
-	if err := f.stale.await(ctx, summaryFormat, &completed, &recovered, &s.staleLost); err != nil {
-		return err
-	}
-	if err := errors.Join(f.stale.wait(), f.worker.wait()); err != nil {
+	s, err := f.run(ctx, pool, strconv.Itoa(*workers), itoa(*crashAt))
+	if err != nil {
 		return err
 	}
 	stopProgress()
@@ -88,35 +70,70 @@ func backfill(ctx context.Context, args []string, out io.Writer) error {
 	return runChecks(ctx, pool, client, o.plan, &s, out)
 }
 
-// fleet is the worker processes of a backfill.
-type fleet struct{ stale, crash, worker *child }
-
-// run starts a worker that stalls in its first range, then one that crashes in its range
-// number crashAt, which it kills with SIGKILL, and then the worker that finishes the job.
-func (f *fleet) run(ctx context.Context, out io.Writer, common []string, workers int, crashAt int64) (staleRange, crashRange int64, err error) {
-	self, err := os.Executable() // the workers are this program's `work` command
+// enqueueFresh enqueues the plan into a database that holds no index yet: the run's
+// scenario needs every range still to do.
+func enqueueFresh(ctx context.Context, db querier, client *ordered.Client, p plan) error {
+	indexed, _, err := progress(ctx, db, p)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
-	if f.stale, err = startChild(self, "stale", slices.Concat(common, []string{"--workers", "1", "--stall-at", "1"}), out); err != nil {
-		return 0, 0, err
+	if indexed > 0 {
+		return errors.New("the database already holds an index: run in a fresh database or schema (`indexer check` checks this one)")
 	}
-	if err := f.stale.await(ctx, "stalled in range %d", &staleRange); err != nil {
-		return 0, 0, err
+	return enqueue(ctx, client, p)
+}
+
+// fleet is the worker processes of a backfill, each this program's `work` command with args.
+type fleet struct {
+	out                  io.Writer
+	args                 []string
+	stale, crash, worker *child
+}
+
+// run starts a worker that stalls in its first range, then one that it kills with SIGKILL
+// in its range number crashAt, then the worker that finishes the job. Once the stalled range
+// is indexed it resumes the stale worker, and it waits for both to finish.
+func (f *fleet) run(ctx context.Context, db querier, workers, crashAt string) (s scenario, err error) {
+	if f.stale, err = f.start("stale", "--workers", "1", "--stall-at", "1"); err != nil {
+		return s, err
 	}
-	crashArgs := slices.Concat(common, []string{"--workers", strconv.Itoa(workers), "--crash-at", itoa(crashAt)})
-	if f.crash, err = startChild(self, "crash", crashArgs, out); err != nil {
-		return 0, 0, err
+	if err := f.stale.await(ctx, "stalled in range %d", &s.staleRange); err != nil {
+		return s, err
 	}
-	if err := f.crash.await(ctx, "crash point in range %d", &crashRange); err != nil {
-		return 0, 0, err
+	if f.crash, err = f.start("crash", "--workers", workers, "--crash-at", crashAt); err != nil {
+		return s, err
+	}
+	if err := f.crash.await(ctx, "crash point in range %d", &s.crashRange); err != nil {
+		return s, err
 	}
 	if err := f.crash.cmd.Process.Kill(); err != nil {
-		return 0, 0, err
+		return s, err
 	}
-	fmt.Fprintf(out, "killed worker crash with SIGKILL in the middle of range %d: %v\n", crashRange, f.crash.wait())
-	f.worker, err = startChild(self, "worker", slices.Concat(common, []string{"--workers", strconv.Itoa(workers)}), out)
-	return staleRange, crashRange, err
+	fmt.Fprintf(f.out, "killed worker crash with SIGKILL in the middle of range %d: %v\n", s.crashRange, f.crash.wait())
+	if f.worker, err = f.start("worker", "--workers", workers); err != nil {
+		return s, err
+	}
+
+	if err := waitIndexed(ctx, db, s.staleRange); err != nil {
+		return s, err
+	}
+	fmt.Fprintf(f.out, "range %d is indexed by another worker: resuming the stale worker\n", s.staleRange)
+	if err := f.stale.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return s, err
+	}
+	var completed, recovered int64
+	if err := f.stale.await(ctx, summaryFormat, &completed, &recovered, &s.staleLost); err != nil {
+		return s, err
+	}
+	return s, errors.Join(f.stale.wait(), f.worker.wait())
+}
+
+func (f *fleet) start(name string, args ...string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return startChild(self, name, slices.Concat(f.args, args), f.out)
 }
 
 func (f *fleet) killAll() {

@@ -1,5 +1,9 @@
 -- The indexer's own tables, in the same schema as the queue.
 
+-- Processes starting at once create the tables one after the other (the whole file runs as one
+-- transaction).
+SELECT pg_advisory_xact_lock(hashtext('indexer.tables'));
+
 -- What the indexer found: an event in every block whose number ends in 007. Written with
 -- ON CONFLICT DO NOTHING, so indexing a range again changes nothing here.
 CREATE TABLE IF NOT EXISTS block_events (

@@ -1,4 +1,8 @@
 -- The service's own tables, in the same schema as the queue.
+
+-- Processes starting at once create the tables one after the other (the whole file runs as one
+-- transaction).
+SELECT pg_advisory_xact_lock(hashtext('reports.tables'));
 CREATE TABLE IF NOT EXISTS report_customers (
     customer text   PRIMARY KEY,
     -- The seq of the customer's latest request. Taking the next one locks this row until the
