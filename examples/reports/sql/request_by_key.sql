@@ -1,0 +1,1 @@
+SELECT id FROM report_requests WHERE request_key = $1
