@@ -57,7 +57,6 @@ type demo struct {
 	Options
 	out    io.Writer
 	schema *harness.Schema
-	url    string // the schema's URL, for the worker processes
 	pool   *pgxpool.Pool
 }
 
@@ -98,9 +97,6 @@ func (d *demo) say(format string, args ...any) {
 // setup creates the demo's own schema, migrates it and creates the effects table.
 func (d *demo) setup(ctx context.Context, baseURL string) (err error) {
 	if d.schema, err = harness.CreateSchema(ctx, baseURL, fmt.Sprintf("ordered_demo_%d", time.Now().UnixNano())); err != nil {
-		return err
-	}
-	if d.url, err = d.schema.URL(); err != nil {
 		return err
 	}
 	if d.pool, err = d.schema.MigratedPool(ctx, 4); err != nil {
@@ -145,7 +141,7 @@ type workerProc struct {
 }
 
 func (d *demo) startWorker(name string) (*workerProc, error) {
-	cmd, err := harness.SpawnSelf(io.Discard, d.Stderr, WorkerCommand, "--database-url", d.url, "--name", name,
+	cmd, err := harness.SpawnSelf(io.Discard, d.Stderr, WorkerCommand, "--database-url", d.schema.BaseURL, "--schema", d.schema.Name, "--name", name,
 		"--policy", d.Policy, "--workers", strconv.Itoa(d.Workers), "--lease", Lease.String())
 	if err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", name, err)

@@ -13,7 +13,8 @@ import (
 )
 
 // WorkerCommand is the hidden subcommand that runs a worker process of the demo, with the flags
-// --database-url, --name, --policy, --workers and --lease (see Worker).
+// --database-url, --schema (the demo's, set per session), --name, --policy, --workers and
+// --lease (see Worker).
 const WorkerCommand = "demo-worker"
 
 // Lease is the lease of the demo's workers.

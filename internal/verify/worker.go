@@ -15,7 +15,8 @@ import (
 )
 
 // WorkerCommand is the hidden subcommand that runs a worker process of the chaos run, with the
-// flags --database-url, --policy, --workers, --lease, --work and --transactional (see Worker).
+// flags --database-url, --schema (the run's, set per session), --policy, --workers, --lease,
+// --work and --transactional (see Worker).
 const WorkerCommand = "verify-worker"
 
 const (
