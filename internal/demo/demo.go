@@ -42,16 +42,6 @@ type Options struct {
 // enqueueChunk is the most events enqueued in one statement.
 const enqueueChunk = 10_000
 
-// effectsSQL creates the table of the effects the handlers apply.
-const effectsSQL = `CREATE TABLE demo_effects (
-    id         bigserial   PRIMARY KEY,
-    key        text        NOT NULL,
-    seq        bigint      NOT NULL,
-    attempt    integer     NOT NULL,
-    worker     text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)`
-
 // demo is one run of the demo.
 type demo struct {
 	Options

@@ -42,9 +42,6 @@ func (s *Schema) Pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// setSearchPathSQL sets a session's search_path.
-const setSearchPathSQL = `SELECT set_config('search_path', $1, false)`
-
 // SetSearchPath makes every connection that cc opens work in schema: its search_path is set
 // once it is connected, as a session setting, not as a startup parameter
 // (options=-csearch_path=...), which PgBouncer refuses. It runs before any AfterConnect that cc

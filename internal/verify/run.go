@@ -24,22 +24,6 @@ import (
 // appName marks the workers' connections, the targets of the connection faults.
 const appName = "ordered-verify-worker"
 
-const tablesSQL = `
-CREATE TABLE verify_starts (
-    id            bigserial   PRIMARY KEY,
-    key           text        NOT NULL,
-    seq           bigint      NOT NULL,
-    claim_version bigint      NOT NULL,
-    pid           integer     NOT NULL,
-    at            timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE verify_effects (
-    id            bigserial   PRIMARY KEY,
-    key           text        NOT NULL,
-    seq           bigint      NOT NULL,
-    claim_version bigint      NOT NULL
-)`
-
 // run is one run of the chaos run: a policy and a kind of handler, in a schema of its own.
 type run struct {
 	o             Options
