@@ -17,8 +17,7 @@ func (b *bench) benchCeiling(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := q.pool.Exec(ctx, `CREATE TABLE bench_ceiling (id int PRIMARY KEY, v int NOT NULL);
-			INSERT INTO bench_ceiling SELECT g, 0 FROM generate_series(1, 100000) AS g`); err != nil {
+		if _, err := q.pool.Exec(ctx, ceilingTableSQL); err != nil {
 			q.drop()
 			return err
 		}
@@ -30,7 +29,7 @@ func (b *bench) benchCeiling(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				for ctx2.Err() == nil {
-					if _, err := q.pool.Exec(ctx2, `UPDATE bench_ceiling SET v = v + 1 WHERE id = $1`, 1+rand.IntN(100_000)); err == nil {
+					if _, err := q.pool.Exec(ctx2, ceilingUpdateSQL, 1+rand.IntN(100_000)); err == nil {
 						commits.Add(1)
 					}
 				}

@@ -93,10 +93,6 @@ func (b *bench) standInIfAutovacuumOff(ctx context.Context, pool *pgxpool.Pool, 
 // churnWindows is the number of samples of a churn run.
 const churnWindows = 5
 
-// tableStatsSQL reads the queue table's dead and live tuples and its size with its indexes.
-const tableStatsSQL = `SELECT n_dead_tup, n_live_tup, pg_total_relation_size(relid)
-	FROM pg_stat_user_tables WHERE relid = to_regclass('ordered_jobs')`
-
 // sampleChurn adds a figure at the end of each window of the churn run: the claim latency p99
 // in the window, with the table's tuples and size then.
 func (b *bench) sampleChurn(ctx context.Context, q *benchQueue, reg *prometheus.Registry, vacuumNote string) error {
@@ -119,36 +115,6 @@ func (b *bench) sampleChurn(ctx context.Context, q *benchQueue, reg *prometheus.
 	}
 	return nil
 }
-
-const (
-	autovacuumSettingsSQL = `SELECT current_setting('autovacuum'),
-	current_setting('autovacuum_naptime')::interval`
-
-	// The queue tables whose dead tuples or inserts since the last vacuum passed their
-	// autovacuum thresholds, from their own storage parameters (the shipped settings) or else
-	// the server's.
-	autovacuumDueSQL = `SELECT s.relname::text
-FROM pg_stat_user_tables AS s
-JOIN pg_class AS c ON c.oid = s.relid
-CROSS JOIN LATERAL (
-    SELECT coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_threshold'),
-                    current_setting('autovacuum_vacuum_threshold'))::float8 AS threshold,
-           coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_scale_factor'),
-                    current_setting('autovacuum_vacuum_scale_factor'))::float8 AS scale,
-           coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_insert_threshold'),
-                    current_setting('autovacuum_vacuum_insert_threshold'))::float8 AS ins_threshold,
-           coalesce(max(o.option_value) FILTER (WHERE o.option_name = 'autovacuum_vacuum_insert_scale_factor'),
-                    current_setting('autovacuum_vacuum_insert_scale_factor'))::float8 AS ins_scale
-    FROM pg_options_to_table(c.reloptions) AS o) AS t
-WHERE s.relid IN (to_regclass('ordered_jobs'), to_regclass('ordered_keys'))
-  AND (s.n_dead_tup > t.threshold + t.scale * greatest(c.reltuples, 0)
-       OR s.n_ins_since_vacuum > t.ins_threshold + t.ins_scale * greatest(c.reltuples, 0))`
-
-	// A manual VACUUM is not throttled; autovacuum is, by these settings.
-	autovacuumCostSQL = `SELECT set_config('vacuum_cost_delay', current_setting('autovacuum_vacuum_cost_delay'), false),
-	set_config('vacuum_cost_limit', CASE current_setting('autovacuum_vacuum_cost_limit') WHEN '-1'
-	    THEN current_setting('vacuum_cost_limit') ELSE current_setting('autovacuum_vacuum_cost_limit') END, false)`
-)
 
 // vacuumStatements are the only statements standInForAutovacuum runs, by table.
 var vacuumStatements = map[string]string{

@@ -42,22 +42,11 @@ type Options struct {
 // enqueueChunk is the most events enqueued in one statement.
 const enqueueChunk = 10_000
 
-// effectsSQL creates the table of the effects the handlers apply.
-const effectsSQL = `CREATE TABLE demo_effects (
-    id         bigserial   PRIMARY KEY,
-    key        text        NOT NULL,
-    seq        bigint      NOT NULL,
-    attempt    integer     NOT NULL,
-    worker     text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)`
-
 // demo is one run of the demo.
 type demo struct {
 	Options
 	out    io.Writer
 	schema *harness.Schema
-	url    string // the schema's URL, for the worker processes
 	pool   *pgxpool.Pool
 }
 
@@ -98,9 +87,6 @@ func (d *demo) say(format string, args ...any) {
 // setup creates the demo's own schema, migrates it and creates the effects table.
 func (d *demo) setup(ctx context.Context, baseURL string) (err error) {
 	if d.schema, err = harness.CreateSchema(ctx, baseURL, fmt.Sprintf("ordered_demo_%d", time.Now().UnixNano())); err != nil {
-		return err
-	}
-	if d.url, err = d.schema.URL(); err != nil {
 		return err
 	}
 	if d.pool, err = d.schema.MigratedPool(ctx, 4); err != nil {
@@ -145,7 +131,7 @@ type workerProc struct {
 }
 
 func (d *demo) startWorker(name string) (*workerProc, error) {
-	cmd, err := harness.SpawnSelf(io.Discard, d.Stderr, WorkerCommand, "--database-url", d.url, "--name", name,
+	cmd, err := harness.SpawnSelf(io.Discard, d.Stderr, WorkerCommand, "--database-url", d.schema.BaseURL, "--schema", d.schema.Name, "--name", name,
 		"--policy", d.Policy, "--workers", strconv.Itoa(d.Workers), "--lease", Lease.String())
 	if err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", name, err)

@@ -70,8 +70,6 @@ func (d *demo) process(ctx context.Context) (*demoRun, error) {
 	}
 }
 
-const inFlightSQL = `SELECT coalesce(array_agg(id), '{}') FROM ordered_jobs WHERE status = 'running'`
-
 // killOne kills the first worker with SIGKILL, noting in run what it was doing and when (by
 // the database clock), and returns the workers left.
 func (d *demo) killOne(ctx context.Context, procs []*workerProc, run *demoRun, percent int) ([]*workerProc, error) {

@@ -9,17 +9,6 @@ import (
 	"github.com/orderedq/ordered/ordered"
 )
 
-const (
-	retriesSQL = `SELECT coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0),
-		count(*) FILTER (WHERE attempts > 0) FROM ordered_jobs`
-	laterJobsSQL = `SELECT count(*), count(*) FILTER (WHERE status = 'done')
-		FROM ordered_jobs WHERE key = $1 AND seq > $2`
-	lastSettledSQL    = `SELECT max(finished_at) FROM ordered_jobs WHERE id = ANY($1)`
-	effectsInOrderSQL = `SELECT key, seq FROM demo_effects ORDER BY id`
-	missingEffectsSQL = `SELECT count(*) FROM ordered_jobs AS j WHERE status = 'done'
-		AND NOT EXISTS (SELECT 1 FROM demo_effects AS e WHERE e.key = j.key AND e.seq = j.seq)`
-)
-
 // report prints the outcome and checks per-key order over the recorded effects.
 func (d *demo) report(ctx context.Context, client *ordered.Client, run *demoRun) error {
 	stats, err := client.Stats(ctx)

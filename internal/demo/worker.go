@@ -13,14 +13,12 @@ import (
 )
 
 // WorkerCommand is the hidden subcommand that runs a worker process of the demo, with the flags
-// --database-url, --name, --policy, --workers and --lease (see Worker).
+// --database-url, --schema (the demo's, set per session), --name, --policy, --workers and
+// --lease (see Worker).
 const WorkerCommand = "demo-worker"
 
 // Lease is the lease of the demo's workers.
 const Lease = 2 * time.Second
-
-// effectSQL applies a job's effect.
-const effectSQL = `INSERT INTO demo_effects (key, seq, attempt, worker) VALUES ($1, $2, $3, $4)`
 
 // Worker is a worker process of the demo. Its handler applies each event's effect in the same
 // transaction as the completion, so an effect counts once.

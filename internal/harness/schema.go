@@ -2,9 +2,10 @@ package harness
 
 import (
 	"context"
-	"net/url"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/schema"
@@ -30,30 +31,33 @@ func CreateSchema(ctx context.Context, baseURL, name string) (*Schema, error) {
 	return &Schema{BaseURL: baseURL, Name: name}, nil
 }
 
-// URL is the database URL with its search_path on the schema, for the run's worker processes.
-func (s *Schema) URL() (string, error) {
-	u, err := url.Parse(s.BaseURL)
-	if err != nil {
-		return "", err
-	}
-	q := u.Query()
-	q.Set("options", "-csearch_path="+s.Name)
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}
-
 // Pool connects to the schema with at most maxConns connections.
 func (s *Schema) Pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	u, err := s.URL()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig(u)
+	cfg, err := pgxpool.ParseConfig(s.BaseURL)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = maxConns
+	SetSearchPath(cfg.ConnConfig, s.Name)
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// SetSearchPath makes every connection that cc opens work in schema: its search_path is set
+// once it is connected, as a session setting, not as a startup parameter
+// (options=-csearch_path=...), which PgBouncer refuses. It runs before any AfterConnect that cc
+// already has.
+func SetSearchPath(cc *pgx.ConnConfig, schema string) {
+	then := cc.AfterConnect
+	path := []byte(pgx.Identifier{schema}.Sanitize())
+	cc.AfterConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
+		if err := conn.ExecParams(ctx, setSearchPathSQL, [][]byte{path}, nil, nil, nil).Read().Err; err != nil {
+			return fmt.Errorf("set search_path: %w", err)
+		}
+		if then != nil {
+			return then(ctx, conn)
+		}
+		return nil
+	}
 }
 
 // MigratedPool connects to the schema, as Pool does, and migrates it.

@@ -19,10 +19,6 @@ var faults = []struct {
 // progressPoll is how often the progress of a run is read.
 const progressPoll = 20 * time.Millisecond
 
-// terminateSQL terminates about half of the workers' connections.
-const terminateSQL = `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-	WHERE application_name = $1 AND random() < 0.5`
-
 // kill is a worker killed by a fault: its pid, and when, by the database clock.
 type kill struct {
 	pid int

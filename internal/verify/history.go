@@ -10,23 +10,6 @@ import (
 	"github.com/orderedq/ordered/ordered/history"
 )
 
-const (
-	jobsSQL    = `SELECT key, seq, status, finished_at FROM ordered_jobs`
-	startsSQL  = `SELECT key, seq, claim_version, at FROM verify_starts`
-	effectsSQL = `SELECT key, seq, claim_version, id FROM verify_effects`
-	// recoverySQL is the longest time from a kill ($2) to the next start of each job that the
-	// killed process ($1) had started last and not finished by then.
-	recoverySQL = `
-SELECT max(nxt.at - $2) FROM (
-    SELECT DISTINCT ON (key, seq) key, seq, pid, at FROM verify_starts
-    WHERE at <= $2 ORDER BY key, seq, at DESC) AS last
-JOIN ordered_jobs AS j ON j.key = last.key AND j.seq = last.seq
-CROSS JOIN LATERAL (
-    SELECT min(s.at) AS at FROM verify_starts AS s
-    WHERE s.key = last.key AND s.seq = last.seq AND s.at > $2) AS nxt
-WHERE last.pid = $1 AND (j.finished_at IS NULL OR j.finished_at > $2)`
-)
-
 // readHistory reads what the run recorded.
 func readHistory(ctx context.Context, pool *pgxpool.Pool, enqueued, expected []history.ID) (history.History, error) {
 	h := history.History{Enqueued: enqueued, ExpectedFailures: expected}

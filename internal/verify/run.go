@@ -24,22 +24,6 @@ import (
 // appName marks the workers' connections, the targets of the connection faults.
 const appName = "ordered-verify-worker"
 
-const tablesSQL = `
-CREATE TABLE verify_starts (
-    id            bigserial   PRIMARY KEY,
-    key           text        NOT NULL,
-    seq           bigint      NOT NULL,
-    claim_version bigint      NOT NULL,
-    pid           integer     NOT NULL,
-    at            timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE verify_effects (
-    id            bigserial   PRIMARY KEY,
-    key           text        NOT NULL,
-    seq           bigint      NOT NULL,
-    claim_version bigint      NOT NULL
-)`
-
 // run is one run of the chaos run: a policy and a kind of handler, in a schema of its own.
 type run struct {
 	o             Options
@@ -49,6 +33,7 @@ type run struct {
 	rng           *rand.Rand
 
 	pool      *pgxpool.Pool
+	schema    string
 	workerURL string
 	procs     []*exec.Cmd
 	// enqueued are the run's events, expected the poison ones among them.
@@ -97,11 +82,7 @@ func (r *run) setup(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	u, err := s.URL()
-	if err != nil {
-		return err
-	}
-	r.workerURL = withAppName(u, appName)
+	r.schema, r.workerURL = s.Name, withAppName(s.BaseURL, appName)
 	if r.pool, err = s.MigratedPool(ctx, 4); err != nil {
 		return err
 	}
@@ -141,7 +122,7 @@ func (r *run) enqueue(ctx context.Context) error {
 
 // spawn starts a worker process.
 func (r *run) spawn() (*exec.Cmd, error) {
-	args := []string{WorkerCommand, "--database-url", r.workerURL, "--policy", r.policy,
+	args := []string{WorkerCommand, "--database-url", r.workerURL, "--schema", r.schema, "--policy", r.policy,
 		"--workers", strconv.Itoa(r.o.Workers), "--lease", r.o.Lease.String(), "--work", r.o.Work.String()}
 	if r.transactional {
 		args = append(args, "--transactional")

@@ -15,19 +15,9 @@ import (
 )
 
 // WorkerCommand is the hidden subcommand that runs a worker process of the chaos run, with the
-// flags --database-url, --policy, --workers, --lease, --work and --transactional (see Worker).
+// flags --database-url, --schema (the run's, set per session), --policy, --workers, --lease,
+// --work and --transactional (see Worker).
 const WorkerCommand = "verify-worker"
-
-const (
-	startSQL  = `INSERT INTO verify_starts (key, seq, claim_version, pid) VALUES ($1, $2, $3, $4)`
-	effectSQL = `INSERT INTO verify_effects (key, seq, claim_version) VALUES ($1, $2, $3)`
-	// fencedEffectSQL applies an effect only while the claim is current: a receiver that
-	// honours fencing tokens.
-	fencedEffectSQL = `INSERT INTO verify_effects (key, seq, claim_version)
-SELECT $1, $2, $3 WHERE EXISTS (
-    SELECT 1 FROM ordered_jobs WHERE id = $4 AND claim_version = $3 AND status = 'running'
-      AND lease_until > clock_timestamp())`
-)
 
 // Worker is a worker process of the chaos run: it records each attempt's start and applies
 // each effect, transactionally (committed with the completion) or at least once (before it,

@@ -75,9 +75,12 @@ func escapeUnprintable(s string) string {
 type app struct {
 	databaseURL string
 	pooler      poolerFlag
-	stdin       io.Reader
-	stdout      io.Writer
-	stderr      io.Writer
+	// schema, when set, is the search_path of every connection, set per session: the worker
+	// processes of the demo and the chaos run work in their run's schema.
+	schema string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
 }
 
 // url is the database URL the commands connect to: --database-url, else DATABASE_URL; empty

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orderedq/ordered/internal/harness"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/schema"
 )
@@ -37,6 +38,9 @@ func (a *app) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	}
 	if err := a.pooler.configure(cfg.ConnConfig); err != nil {
 		return nil, err
+	}
+	if a.schema != "" {
+		harness.SetSearchPath(cfg.ConnConfig, a.schema)
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ordered"

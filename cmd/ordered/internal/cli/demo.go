@@ -100,6 +100,7 @@ func (a *app) demoWorkerCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&a.schema, "schema", "", "the demo's schema")
 	f.StringVar(&w.Name, "name", "worker", "name recorded with each effect")
 	f.StringVar(&policyName, "policy", "block", "block or skip")
 	f.IntVar(&w.Workers, "workers", 8, "handlers")

@@ -78,6 +78,7 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&a.schema, "schema", "", "the run's schema")
 	f.StringVar(&policyName, "policy", "block", "block or skip")
 	f.IntVar(&w.Workers, "workers", 6, "handlers")
 	f.DurationVar(&w.Lease, "lease", time.Second, "lease")

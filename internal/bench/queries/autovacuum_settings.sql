@@ -1,0 +1,2 @@
+SELECT current_setting('autovacuum'),
+    current_setting('autovacuum_naptime')::interval

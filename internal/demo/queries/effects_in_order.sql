@@ -1,0 +1,1 @@
+SELECT key, seq FROM demo_effects ORDER BY id

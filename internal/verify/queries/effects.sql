@@ -1,0 +1,1 @@
+SELECT key, seq, claim_version, id FROM verify_effects

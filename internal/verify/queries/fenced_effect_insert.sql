@@ -1,0 +1,4 @@
+INSERT INTO verify_effects (key, seq, claim_version)
+SELECT $1, $2, $3 WHERE EXISTS (
+    SELECT 1 FROM ordered_jobs WHERE id = $4 AND claim_version = $3 AND status = 'running'
+      AND lease_until > clock_timestamp())

@@ -1,0 +1,1 @@
+SELECT key, seq, status, finished_at FROM ordered_jobs
