@@ -1,0 +1,3 @@
+package orderedui_test
+
+func closeBrowser() error { return nil }
