@@ -19,6 +19,7 @@ import (
 
 	"github.com/orderedq/ordered/internal/pgcluster"
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/orderedui"
 	"github.com/orderedq/ordered/schema"
 )
 
@@ -47,6 +48,7 @@ func (a *app) demoCmd() *cobra.Command {
 		short      bool
 		keep       bool
 		eventsFile string
+		ui         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -77,7 +79,7 @@ throwaway PostgreSQL cluster. It works in a schema of its own, dropped at the en
 					return fmt.Errorf("%s: %w", eventsFile, err)
 				}
 			}
-			d := &demo{app: a, policy: policyName, workers: workers, keep: keep, events: events}
+			d := &demo{app: a, policy: policyName, workers: workers, keep: keep, events: events, ui: ui}
 			return d.run(cmd.Context())
 		},
 	}
@@ -87,6 +89,7 @@ throwaway PostgreSQL cluster. It works in a schema of its own, dropped at the en
 	f.BoolVar(&short, "short", false, "a smaller stream (for CI)")
 	f.BoolVar(&keep, "keep", false, "keep the demo's schema instead of dropping it")
 	f.StringVar(&eventsFile, "events", "", "enqueue this JSON Lines file instead of the embedded stream")
+	f.BoolVar(&ui, "ui", false, "after the report, serve the dashboard over the demo's queue until interrupted")
 	return cmd
 }
 
@@ -95,6 +98,7 @@ type demo struct {
 	policy  string
 	workers int
 	keep    bool
+	ui      bool
 	events  []ordered.Event
 
 	baseURL string // the database
@@ -137,7 +141,11 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return d.report(ctx, client, run)
+	if err := d.report(ctx, client, run); err != nil || !d.ui {
+		return err
+	}
+	d.say("the demo's queue stays while the dashboard serves it; interrupt to end both")
+	return orderedui.Serve(ctx, client, &orderedui.ServeConfig{Out: d.stdout})
 }
 
 // database picks the database: the given URL, else 127.0.0.1:5432, else a private cluster.
