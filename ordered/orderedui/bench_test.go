@@ -94,7 +94,9 @@ func benchQueue(b *testing.B) *pgxpool.Pool {
 }
 
 // BenchmarkPages serves each page of the dashboard over a queue of 1,000,000 jobs; ns/op is
-// the time a page takes to answer, database round trips included.
+// the time a page takes to answer, database round trips included. The overview reads the
+// counts its sampler keeps; overview-counting-anew counts the whole table on every request,
+// which is what the sampler does in the background once per Config.StatsMaxAge.
 func BenchmarkPages(b *testing.B) {
 	pool := benchQueue(b)
 	client, err := ordered.NewClient(pool, nil)
@@ -132,12 +134,16 @@ func BenchmarkPages(b *testing.B) {
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {
-			for b.Loop() {
+			serve := func() {
 				rec := httptest.NewRecorder()
 				p.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))
 				if rec.Code != http.StatusOK {
 					b.Fatalf("%s: %d %s", p.path, rec.Code, rec.Body.String())
 				}
+			}
+			serve() // warms the dashboard's cache and PostgreSQL's, outside the timing
+			for b.Loop() {
+				serve()
 			}
 		})
 	}

@@ -21,7 +21,7 @@ import (
 const (
 	// RefreshIntervalDefault is how often the live parts of a page are fetched again.
 	RefreshIntervalDefault = 5 * time.Second
-	// SampleIntervalDefault is how often the sampler records the oldest ready job's age.
+	// SampleIntervalDefault is the spacing of the chart of the oldest ready job's age.
 	SampleIntervalDefault = 15 * time.Second
 	// StatsMaxAgeDefault is how old the counts a page shows may be (see Client.RecentStats).
 	StatsMaxAgeDefault = 5 * time.Second
@@ -43,12 +43,14 @@ type Config struct {
 	// RefreshInterval is how often a page's live parts are fetched again; default
 	// RefreshIntervalDefault.
 	RefreshInterval time.Duration
-	// SampleInterval is how often the oldest ready job's age is sampled for the overview's
-	// chart; default SampleIntervalDefault.
+	// SampleInterval is the spacing of the overview's chart of the oldest ready job's age (a
+	// sample at most every half of it); default SampleIntervalDefault.
 	SampleInterval time.Duration
-	// StatsMaxAge is how old the counts may be; default StatsMaxAgeDefault. Counts are shared
-	// with the workers (ordered_stats), so the table is counted once per StatsMaxAge however
-	// many dashboards and workers read them.
+	// StatsMaxAge is how often the counts are read in the background, and how old the
+	// overview's may be (twice that, at most, before a page reads them itself); the done rate
+	// is counted every six times that. Default StatsMaxAgeDefault. Counts are shared with the
+	// workers (ordered_stats), so the table is counted once per StatsMaxAge however many
+	// dashboards and workers read them.
 	StatsMaxAge time.Duration
 	// PageSize is how many rows a list page shows; default PageSizeDefault.
 	PageSize int
@@ -95,8 +97,15 @@ type Handler struct {
 	pages  map[string]*template.Template
 
 	samples *sampler
-	stop    context.CancelFunc
-	done    chan struct{}
+	// The sampler's last counts and done rate, and when it took them.
+	cacheMu     sync.Mutex
+	lastStats   ordered.Stats
+	lastStatsAt time.Time
+	lastDone    []ordered.MinuteCount
+	lastDoneAt  time.Time
+
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // New returns the dashboard on client and starts its sampler; cfg may be nil for the
@@ -118,8 +127,8 @@ func New(client *ordered.Client, cfg *Config) (*Handler, error) {
 	return h, nil
 }
 
-// Close stops the sampler and waits for it. The handler still serves after Close, with no
-// new samples.
+// Close stops the sampler and waits for it. The handler still serves after Close, reading
+// the counts itself.
 func (h *Handler) Close() {
 	h.stop()
 	<-h.done
@@ -147,14 +156,18 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /skip", h.action(h.skip))
 }
 
-// sample records the oldest ready job's age every SampleInterval until ctx ends.
+// sample keeps the overview's counts and done rate fresh in the background, so that no page
+// waits for a count of the whole table: every StatsMaxAge it reads the counts (shared with
+// the workers, taken anew only when none are that young) and records the oldest ready job's
+// age; every doneMaxAge it counts the last hour's done jobs by minute.
 func (h *Handler) sample(ctx context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(h.cfg.SampleInterval)
+	t := time.NewTicker(h.cfg.StatsMaxAge)
 	defer t.Stop()
 	for {
-		qctx, cancel := context.WithTimeout(ctx, h.cfg.SampleInterval)
-		_, _ = h.stats(qctx)
+		qctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, _ = h.stats(qctx, 0)
+		_, _ = h.doneByMinute(qctx, h.doneMaxAge())
 		cancel()
 		select {
 		case <-ctx.Done():
@@ -164,13 +177,47 @@ func (h *Handler) sample(ctx context.Context) {
 	}
 }
 
-// stats returns recent counts and records them as a sample.
-func (h *Handler) stats(ctx context.Context) (ordered.Stats, error) {
-	s, err := h.client.RecentStats(ctx, h.cfg.StatsMaxAge)
-	if err == nil {
-		h.samples.add(time.Now(), s.OldestReady)
+// doneMaxAge is how old the done rate may be: it counts an hour of done jobs, so it is
+// counted less often than the counts are read.
+func (h *Handler) doneMaxAge() time.Duration { return 6 * h.cfg.StatsMaxAge }
+
+// stats returns the counts, from the sampler's cache when it is younger than maxAge, else
+// read now (and recorded as a sample).
+func (h *Handler) stats(ctx context.Context, maxAge time.Duration) (ordered.Stats, error) {
+	h.cacheMu.Lock()
+	s, at := h.lastStats, h.lastStatsAt
+	h.cacheMu.Unlock()
+	if !at.IsZero() && time.Since(at) < maxAge {
+		return s, nil
 	}
-	return s, err
+	s, err := h.client.RecentStats(ctx, h.cfg.StatsMaxAge)
+	if err != nil {
+		return s, err
+	}
+	now := time.Now()
+	h.samples.add(now, s.OldestReady)
+	h.cacheMu.Lock()
+	h.lastStats, h.lastStatsAt = s, now
+	h.cacheMu.Unlock()
+	return s, nil
+}
+
+// doneByMinute returns the last hour's done jobs by minute, cached like stats.
+func (h *Handler) doneByMinute(ctx context.Context, maxAge time.Duration) ([]ordered.MinuteCount, error) {
+	h.cacheMu.Lock()
+	d, at := h.lastDone, h.lastDoneAt
+	h.cacheMu.Unlock()
+	if !at.IsZero() && time.Since(at) < maxAge {
+		return d, nil
+	}
+	d, err := h.client.DoneByMinute(ctx, ChartWindow)
+	if err != nil {
+		return nil, err
+	}
+	h.cacheMu.Lock()
+	h.lastDone, h.lastDoneAt = d, time.Now()
+	h.cacheMu.Unlock()
+	return d, nil
 }
 
 // page is what every page's template gets.

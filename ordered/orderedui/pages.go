@@ -28,12 +28,12 @@ type overviewData struct {
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	stats, err := h.stats(ctx)
+	stats, err := h.stats(ctx, 2*h.cfg.StatsMaxAge)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	done, err := h.client.DoneByMinute(ctx, ChartWindow)
+	done, err := h.doneByMinute(ctx, 2*h.doneMaxAge())
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
