@@ -25,6 +25,10 @@ bench: ## Run the benchmark suite (ordered bench; about 15 minutes).
 gobench: ## Run the Go benchmarks of the enqueue, claim+complete, batched claim+complete and completion-claims-next paths and of a worker's drain (for benchstat).
 	$(WITH_PG) $(GO) test -run '^$$' -bench . -benchmem ./ordered/
 
+.PHONY: uibench
+uibench: ## Time every dashboard page over a generated queue of 1,000,000 jobs (ORDERED_UI_BENCH_KEEP=1 keeps it).
+	$(WITH_PG) $(GO) test -run '^$$' -bench Pages -benchtime 20x ./ordered/orderedui/
+
 .PHONY: verify
 verify: ## The full chaos run (4 runs of 200 keys x 25 events through injected faults; a few minutes).
 	$(GO) run ./cmd/ordered verify

@@ -37,6 +37,9 @@ type Options struct {
 	Events []ordered.Event
 	// Stderr takes the worker processes' standard error.
 	Stderr io.Writer
+	// Serve, when set, runs after a clean report over the demo's queue (the dashboard, for
+	// ordered demo --ui) until it returns; the schema is dropped after it.
+	Serve func(ctx context.Context, client *ordered.Client) error
 }
 
 // enqueueChunk is the most events enqueued in one statement.
@@ -77,7 +80,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return d.report(ctx, client, run)
+	if err := d.report(ctx, client, run); err != nil || o.Serve == nil {
+		return err
+	}
+	d.say("the demo's queue stays while the dashboard serves it; interrupt to end both")
+	return o.Serve(ctx, client)
 }
 
 func (d *demo) say(format string, args ...any) {

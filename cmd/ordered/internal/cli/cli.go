@@ -126,6 +126,7 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		a.replayCmd(),
 		a.skipCmd(),
 		a.archiveCmd(),
+		a.uiCmd(),
 		a.demoCmd(),
 		a.demoWorkerCmd(),
 		a.verifyCmd(),

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/orderedq/ordered/internal/demo"
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/orderedui"
 	"github.com/orderedq/ordered/policy"
 )
 
@@ -26,6 +28,7 @@ func (a *app) demoCmd() *cobra.Command {
 		o          = demo.Options{Stderr: a.stderr}
 		short      bool
 		eventsFile string
+		ui         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -46,6 +49,11 @@ func (a *app) demoCmd() *cobra.Command {
 				o.Events = events
 			}
 			o.DatabaseURL = a.url()
+			if ui {
+				o.Serve = func(ctx context.Context, client *ordered.Client) error {
+					return orderedui.Serve(ctx, client, &orderedui.ServeConfig{Out: a.stdout})
+				}
+			}
 			return demo.Run(cmd.Context(), o, a.stdout)
 		},
 	}
@@ -55,6 +63,7 @@ func (a *app) demoCmd() *cobra.Command {
 	f.BoolVar(&short, "short", false, "a smaller stream (for CI)")
 	f.BoolVar(&o.Keep, "keep", false, "keep the demo's schema instead of dropping it")
 	f.StringVar(&eventsFile, "events", "", "enqueue this JSON Lines file instead of the embedded stream")
+	f.BoolVar(&ui, "ui", false, "after the report, serve the dashboard over the demo's queue until interrupted")
 	return cmd
 }
 

@@ -1,0 +1,81 @@
+package ordered_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+)
+
+// BlockedKeysPage names each blocked key's failed head and counts the jobs behind it, up to
+// the bound asked for; pages resume after the last key of the previous one.
+func TestBlockedKeysPageCountsTheJobsWaitingBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t, blockPolicyCfg())
+	for _, key := range []string{"a", "b", "c"} {
+		b.enqueue(t, key, 0, 1, 2, 3, 4)
+		j := b.claimOne(t, b.client)
+		_, err := b.client.Fail(b.ctx, j, errors.New("boom "+key))
+		require.NoError(t, err)
+	}
+	p, err := b.client.BlockedKeysPage(b.ctx, ordered.BlockedKeysPageParams{Limit: 2, WaitingUpTo: 3})
+	require.NoError(t, err)
+	require.Len(t, p.Keys, 2)
+	require.Equal(t, "a", p.Keys[0].Key)
+	require.Equal(t, "boom a", p.Keys[0].LastError)
+	require.Equal(t, int64(3), p.Keys[0].Waiting)
+	require.True(t, p.Keys[0].WaitingMore, "4 wait; counting stopped at 3")
+	require.NotNil(t, p.Next)
+	p, err = b.client.BlockedKeysPage(b.ctx, ordered.BlockedKeysPageParams{After: p.Next})
+	require.NoError(t, err)
+	require.Len(t, p.Keys, 1)
+	require.Equal(t, "c", p.Keys[0].Key)
+	require.Equal(t, int64(4), p.Keys[0].Waiting)
+	require.False(t, p.Keys[0].WaitingMore)
+	require.Nil(t, p.Next)
+}
+
+// RunningJobs lists the soonest lease to end first, so an expired one comes first with a
+// negative LeaseLeft; Job shows the same lease.
+func TestRunningJobsListExpiredLeasesFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: time.Minute})
+	b.enqueue(t, "x", 0)
+	b.enqueue(t, "y", 0)
+	first := b.claimOne(t, b.client)
+	second := b.claimOne(t, b.client)
+	b.expireLease(t, second.ID)
+	run, err := b.client.RunningJobs(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, run, 2)
+	require.Equal(t, second.ID, run[0].ID)
+	require.Negative(t, run[0].LeaseLeft)
+	require.Equal(t, first.ID, run[1].ID)
+	require.Positive(t, run[1].LeaseLeft)
+	j, err := b.client.Job(b.ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, ordered.JobRunning, j.Status)
+	require.Equal(t, first.ClaimVersion, j.ClaimVersion)
+	require.Positive(t, j.LeaseLeft)
+}
+
+// DoneByMinute counts the jobs done in the window by the minute they finished in.
+func TestDoneByMinuteCountsDoneJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "d", 0, 1, 2)
+	for range 3 {
+		require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	}
+	counts, err := b.client.DoneByMinute(b.ctx, time.Hour)
+	require.NoError(t, err)
+	var total int64
+	for _, c := range counts {
+		total += c.Count
+		require.Equal(t, c.Minute, c.Minute.Truncate(time.Minute))
+	}
+	require.Equal(t, int64(3), total)
+}

@@ -1,0 +1,8 @@
+-- One job as stored, with its lease left (null unless running) by the database's clock.
+-- $1 id  bigint  the job
+SELECT id, key, seq, kind, payload, status, head, attempts, max_attempts, claim_version,
+       last_error, lease_until,
+       extract(epoch FROM lease_until - statement_timestamp())::float8,
+       available_at, run_at, created_at, attempted_at, finished_at
+FROM ordered_jobs
+WHERE id = $1;
