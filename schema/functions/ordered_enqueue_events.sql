@@ -1,25 +1,33 @@
--- ordered_enqueue_events inserts a batch of events, validated by the caller and each (key, seq)
--- at most once, in the order given. It returns one row per event: its position (ord), the job
--- id, and whether (key, seq) already existed.
+-- ordered_enqueue_events enqueues a batch of events in the caller's transaction, all or nothing,
+-- and returns one row per event in the order given: its position (ord, from 1), its job's id,
+-- and whether the event was a duplicate (nothing written). It is the interface for producers
+-- in any language; docs/sql.md documents it. p_max_key_bytes (keys and kinds),
+-- p_max_payload_bytes (payload::text; null: no limit) and p_max_attempts (the default of an
+-- event that sets none, or 0) have the Go client's defaults; the Go client passes its Config.
 --
--- A duplicate is compared with the stored job: the same content (payload by jsonb equality,
--- kind, run_at, max_attempts) is an idempotent no-op; a different one raises ORD05 and the batch
--- writes nothing. The comparison costs nothing for a new event: it reads the columns of the row
--- that the lookup of a duplicate fetches anyway. An event at or below its key's archived
--- history whose job is no longer stored is a no-op too, reported with a null id: a producer
--- that re-sends an event it sent long ago gets the answer it gets for one still stored, and the
--- event never runs again (the key keeps only its highest archived seq, so such an event can be
--- neither compared nor told from one never sent that is as low). A late event (seq below a job
--- of its key that has started or finished) raises ORD01 and nothing is written.
+-- Events are first validated (ordered_enqueue_check): an invalid one raises ORD07, a repeat
+-- of an earlier event of the call with other content ORD05; a repeat with the same content is
+-- a duplicate of that event. A duplicate of a stored job is compared with it: the same content
+-- (payload by jsonb equality, kind, run_at, max_attempts) is an idempotent no-op; a different
+-- one raises ORD05 and the batch writes nothing. The comparison costs nothing for a new event:
+-- it reads the columns of the row that the lookup of a duplicate fetches anyway. An event at or
+-- below its key's archived history whose job is no longer stored is a no-op too, reported with
+-- a null id: a producer that re-sends an event it sent long ago gets the answer it gets for one
+-- still stored, and the event never runs again (the key keeps only its highest archived seq,
+-- so such an event can be neither compared nor told from one never sent that is as low). A
+-- late event (seq below a job of its key that has started or finished) raises ORD01 and
+-- nothing is written.
 --
 -- It checks its events for lateness twice: before the insert, and again after it moved heads,
 -- for the heads its events went below. Claims do not wait for the key row an enqueue holds, so
 -- a queued head can be claimed and given back for a retry between the first check and the
 -- refresh; it has started by then, and the refresh (which keeps only running heads) demoted it.
 -- Jobs must be written through this function only: it keeps (key, seq) unique across open and
--- finished jobs. A repeat of a new (key, seq) within one call fails on ordered_jobs_open; the
--- Go client compares the repeats of a batch and sends one.
-CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[])
+-- finished jobs.
+CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[],
+                                                  p_max_key_bytes integer DEFAULT 255,
+                                                  p_max_payload_bytes integer DEFAULT 1048576,
+                                                  p_max_attempts integer DEFAULT 25)
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -28,7 +36,8 @@ SET jit = off
 SET enable_bitmapscan = off
 AS $$
 DECLARE
-    v_events ordered_event[] := p_events;
+    v_events ordered_enqueue_item[] := ordered_enqueue_check(p_events, p_max_key_bytes,
+                                                             p_max_payload_bytes, p_max_attempts);
     v_late record;
     v_conflict record;
     v_conflict_ord integer;
@@ -40,6 +49,10 @@ DECLARE
     v_new_ids bigint[];
     v_old_heads bigint[];
 BEGIN
+    IF v_events IS NULL THEN
+        RETURN; -- an empty call (or a null array) enqueues nothing
+    END IF;
+
     -- Lock the keys in a fixed order (no deadlocks between batches). It must always write the
     -- row, never only lock it: that is what makes a REPEATABLE READ or SERIALIZABLE caller with
     -- a stale snapshot fail with a serialization error instead of computing heads from it.
@@ -71,7 +84,7 @@ BEGIN
     -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
     -- with it; the first event whose content differs is named below.
     SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
-                         j.id)::ordered_event ORDER BY b.ord),
+                         coalesce(j.id, b.existing_id))::ordered_enqueue_item ORDER BY b.ord),
            min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
                j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
                OR j.run_at IS DISTINCT FROM b.run_at
@@ -99,16 +112,18 @@ BEGIN
             v_conflict.key, v_conflict.seq, v_conflict.field
             USING ERRCODE = 'ORD05',
                   DETAIL = json_build_object('ord', v_conflict.ord, 'key', v_conflict.key,
-                                             'seq', v_conflict.seq, 'field', v_conflict.field)::text;
+                                             'seq', v_conflict.seq, 'field', v_conflict.field,
+                                             'stored', true)::text;
     END IF;
 
     -- An event at or below its key's archived history and not stored was, as far as can be
-    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job.
+    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job. (A repeat
+    -- of it within the call keeps its mark, and is reported as the event it repeats.)
     IF v_archived_keys IS NOT NULL THEN
         v_events := ARRAY(
             SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
                        CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
-                            ELSE b.existing_id END)::ordered_event
+                            ELSE b.existing_id END)::ordered_enqueue_item
             FROM unnest(v_events) AS b
             LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key
             ORDER BY b.ord);
@@ -160,7 +175,8 @@ BEGIN
     INTO v_new_keys, v_new_seqs, v_new_ids
     FROM inserted AS i;
     IF v_new_ids IS NULL THEN
-        RETURN QUERY SELECT b.ord, nullif(b.existing_id, 0), true FROM unnest(v_events) AS b ORDER BY b.ord;
+        RETURN QUERY SELECT b.ord, CASE WHEN b.existing_id > 0 THEN b.existing_id END, true
+                     FROM unnest(v_events) AS b ORDER BY b.ord;
         RETURN;
     END IF;
     -- Only a key whose lowest new event comes before its head, or that has none (it was idle),
@@ -222,12 +238,15 @@ BEGIN
         END IF;
     END IF;
 
-    -- id is null for an event at or below its key's archived history (existing_id 0).
+    -- id is null for an event at or below its key's archived history (existing_id 0); a repeat
+    -- of a new event (existing_id negative) reports that event's new job.
     RETURN QUERY
-    SELECT b.ord, nullif(coalesce(b.existing_id, n.id), 0), b.existing_id IS NOT NULL
+    SELECT b.ord, CASE WHEN b.existing_id > 0 THEN b.existing_id ELSE n.id END, b.existing_id IS NOT NULL
     FROM unnest(v_events) AS b
     LEFT JOIN unnest(v_new_keys, v_new_seqs, v_new_ids) AS n(key, seq, id)
-        ON b.existing_id IS NULL AND n.key = b.key AND n.seq = b.seq
+        ON (b.existing_id IS NULL OR b.existing_id < 0) AND n.key = b.key AND n.seq = b.seq
     ORDER BY b.ord;
 END
 $$;
+COMMENT ON FUNCTION ordered_enqueue_events(ordered_event[], integer, integer, integer) IS
+'Enqueues events in the caller''s transaction, all or nothing: ordered_enqueue_events(ARRAY[ROW(key, seq, kind, payload, run_at, max_attempts)::ordered_event, ...]) returns (ord, id, duplicate) per event, in order. Only key and seq are required. Errors: ORD07 invalid event, ORD05 duplicate with different content, ORD01 late event; DETAIL is JSON. Optional limits default to the Go client''s: p_max_key_bytes 255, p_max_payload_bytes 1048576, p_max_attempts 25. See docs/sql.md.';
