@@ -86,9 +86,16 @@ BEGIN
         END AS problem) AS p;
 
     IF v_bad IS NOT NULL THEN
-        -- Raises the first problem of an earlier event if there is one, else this one.
-        PERFORM ordered_enqueue_check(v_events[1:(v_bad->>'ord')::integer - 1], p_max_key_bytes,
-                                      p_max_payload_bytes, p_max_attempts, v_bad);
+        -- An earlier event's problem comes first, as ordered_enqueue_events would report it.
+        PERFORM ordered_enqueue_invalid(coalesce((
+            SELECT json_strip_nulls(json_build_object('ord', e.ord, 'key', e.key, 'seq', e.seq,
+                                                      'field', p.problem[1], 'problem', p.problem[2]))
+            FROM unnest(v_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+            CROSS JOIN LATERAL (SELECT ordered_event_problem(false, e.key, e.seq, e.kind, e.payload, e.run_at,
+                                                             e.max_attempts, p_max_key_bytes, p_max_payload_bytes) AS problem) AS p
+            WHERE e.ord < (v_bad->>'ord')::integer AND p.problem IS NOT NULL
+            ORDER BY e.ord
+            LIMIT 1), v_bad));
     END IF;
     RETURN QUERY SELECT e.ord, e.id, e.duplicate
                  FROM ordered_enqueue_events(v_events, p_max_key_bytes, p_max_payload_bytes, p_max_attempts) AS e;

@@ -5,9 +5,9 @@
 -- p_max_payload_bytes (payload::text; null: no limit) and p_max_attempts (the default of an
 -- event that sets none, or 0) have the Go client's defaults; the Go client passes its Config.
 --
--- Events are first validated (ordered_enqueue_check): an invalid one raises ORD07, a repeat
--- of an earlier event of the call with other content ORD05; a repeat with the same content is
--- a duplicate of that event. A duplicate of a stored job is compared with it: the same content
+-- Events are first validated by the Go client's rules (ordered_event_problem, one pass over
+-- the array): the first invalid one raises ORD07. A repeat of an earlier event of the call
+-- with other content raises ORD05; with the same content it is a duplicate of that event. A duplicate of a stored job is compared with it: the same content
 -- (payload by jsonb equality, kind, run_at, max_attempts) is an idempotent no-op; a different
 -- one raises ORD05 and the batch writes nothing. The comparison costs nothing for a new event:
 -- it reads the columns of the row that the lookup of a duplicate fetches anyway. An event at or
@@ -36,8 +36,12 @@ SET jit = off
 SET enable_bitmapscan = off
 AS $$
 DECLARE
-    v_events ordered_enqueue_item[] := ordered_enqueue_check(p_events, p_max_key_bytes,
-                                                             p_max_payload_bytes, p_max_attempts);
+    v_events ordered_enqueue_item[];
+    v_null_ord integer;
+    v_bad_ord integer;
+    v_repeats boolean;
+    v_first_of integer[];
+    v_repeat json;
     v_late record;
     v_conflict record;
     v_conflict_ord integer;
@@ -49,48 +53,122 @@ DECLARE
     v_new_ids bigint[];
     v_old_heads bigint[];
 BEGIN
-    IF v_events IS NULL THEN
+    IF coalesce(cardinality(p_events), 0) = 0 THEN
         RETURN; -- an empty call (or a null array) enqueues nothing
+    ELSIF p_max_key_bytes IS NULL OR p_max_key_bytes < 1 THEN
+        RAISE EXCEPTION 'ordered: p_max_key_bytes must be at least 1, not %', coalesce(p_max_key_bytes::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_max_payload_bytes < 1 THEN
+        RAISE EXCEPTION 'ordered: p_max_payload_bytes must be at least 1 (or null: no limit), not %', p_max_payload_bytes
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'ordered: p_max_attempts must be at least 1, not %', coalesce(p_max_attempts::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF array_ndims(p_events) > 1 THEN
+        RAISE EXCEPTION 'ordered: p_events must be a one-dimensional array, not one of % dimensions', array_ndims(p_events)
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- Lock the keys in a fixed order (no deadlocks between batches). It must always write the
-    -- row, never only lock it: that is what makes a REPEATABLE READ or SERIALIZABLE caller with
-    -- a stale snapshot fail with a serialization error instead of computing heads from it.
-    -- It returns the archive's watermark of the keys whose lowest event here is at or below
-    -- it; the lock keeps archival from moving it until this transaction ends.
-    WITH b AS (
-        SELECT e.key, min(e.seq) AS seq_min, max(e.seq) AS seq_max
-        FROM unnest(v_events) AS e GROUP BY e.key
+    -- Validate, then lock the keys, in one statement (one pass over the events). The first
+    -- invalid event, by its position in p_events (ord), raises ORD07 below, and then the
+    -- statement has written nothing. A NULL element unnests as a row of nulls; array_position
+    -- tells it apart (and costs nothing for an array without nulls).
+    --
+    -- The keys are locked in a fixed order (no deadlocks between batches). The statement must
+    -- always write the key row, never only lock it: that is what makes a REPEATABLE READ or
+    -- SERIALIZABLE caller with a stale snapshot fail with a serialization error instead of
+    -- computing heads from it. It returns the archive's watermark of the keys whose lowest
+    -- event here is at or below it; the lock keeps archival from moving it until this
+    -- transaction ends. Counting the events of each (key, seq) on the way, it also tells
+    -- whether the call repeats one.
+    v_null_ord := array_position(p_events, NULL) - array_lower(p_events, 1) + 1;
+    WITH e AS MATERIALIZED (
+        SELECT e.key, e.seq, e.ord,
+               ordered_event_problem(e.ord = v_null_ord, e.key, e.seq, e.kind, e.payload, e.run_at,
+                                     e.max_attempts, p_max_key_bytes, p_max_payload_bytes) IS NOT NULL AS bad
+        FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+    ), v AS (
+        SELECT min(e.ord) FILTER (WHERE e.bad) AS bad_ord FROM e
+    ), s AS (
+        SELECT e.key, e.seq, count(*) AS n FROM e GROUP BY e.key, e.seq
+    ), b AS (
+        SELECT s.key, min(s.seq) AS seq_min, max(s.seq) AS seq_max, max(s.n) AS n_max FROM s GROUP BY s.key
     ), locked AS (
         INSERT INTO ordered_keys AS k (key, seq_max)
-        SELECT b.key, b.seq_max FROM b ORDER BY b.key
+        SELECT b.key, b.seq_max FROM b WHERE (SELECT v.bad_ord FROM v) IS NULL ORDER BY b.key
         ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max)
         RETURNING k.key, k.archived_seq
     )
-    SELECT array_agg(l.key), array_agg(l.archived_seq)
-    INTO v_archived_keys, v_archived_seqs
-    FROM locked AS l JOIN b ON b.key = l.key
-    WHERE b.seq_min <= l.archived_seq;
+    SELECT (SELECT v.bad_ord FROM v),
+           array_agg(l.key) FILTER (WHERE b.seq_min <= l.archived_seq),
+           array_agg(l.archived_seq) FILTER (WHERE b.seq_min <= l.archived_seq),
+           bool_or(b.n_max > 1)
+    INTO v_bad_ord, v_archived_keys, v_archived_seqs, v_repeats
+    FROM locked AS l JOIN b ON b.key = l.key;
+    IF v_bad_ord IS NOT NULL THEN
+        PERFORM ordered_enqueue_invalid(json_strip_nulls(json_build_object(
+                    'ord', e.ord, 'key', e.key, 'seq', e.seq, 'field', p.problem[1], 'problem', p.problem[2])))
+        FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+        CROSS JOIN LATERAL (SELECT ordered_event_problem(e.ord = v_null_ord, e.key, e.seq, e.kind, e.payload, e.run_at,
+                                                         e.max_attempts, p_max_key_bytes, p_max_payload_bytes) AS problem) AS p
+        WHERE e.ord = v_bad_ord;
+    END IF;
+
+    -- Repeats of a (key, seq) within the call (rare: the Go client sends each once) are
+    -- compared with its first event, as the Go client compares the repeats of a batch: after
+    -- defaults, payload by jsonb equality. The first that differs raises ORD05; the others are
+    -- marked (v_first_of[ord] is the ord of the event repeated, 0 for a first) and reported as
+    -- duplicates of their first event.
+    IF v_repeats THEN
+        WITH e AS (
+            SELECT e.ord, e.key, e.seq, coalesce(e.kind, '') AS kind, coalesce(e.payload, 'null'::jsonb) AS payload,
+                   e.run_at, CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END AS max_attempts,
+                   min(e.ord) OVER (PARTITION BY e.key, e.seq) AS first
+            FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+        )
+        SELECT array_agg(CASE WHEN e.first = e.ord THEN 0 ELSE e.first END ORDER BY e.ord),
+               (array_agg(json_build_object('ord', e.ord, 'key', e.key, 'seq', e.seq, 'field', d.field, 'stored', false)
+                          ORDER BY e.ord) FILTER (WHERE d.field IS NOT NULL))[1]
+        INTO v_first_of, v_repeat
+        FROM e JOIN e AS f ON f.ord = e.first
+        CROSS JOIN LATERAL (SELECT CASE
+            WHEN f.ord = e.ord THEN NULL
+            WHEN f.payload IS DISTINCT FROM e.payload THEN 'payload'
+            WHEN f.kind IS DISTINCT FROM e.kind THEN 'kind'
+            WHEN f.run_at IS DISTINCT FROM e.run_at THEN 'run_at'
+            WHEN f.max_attempts IS DISTINCT FROM e.max_attempts THEN 'max_attempts'
+            END AS field) AS d;
+        IF v_repeat IS NOT NULL THEN
+            RAISE EXCEPTION 'ordered: duplicate event with different content: key % seq % is earlier in the same call with a different %',
+                v_repeat->>'key', v_repeat->>'seq', v_repeat->>'field'
+                USING ERRCODE = 'ORD05', DETAIL = v_repeat::text;
+        END IF;
+    END IF;
 
     -- A caller that keeps one snapshot must not compute heads from a stale one: lock the heads
     -- its snapshot sees, which raises a serialization error if any changed since.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM 1 FROM ordered_jobs AS j
-        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(v_events) AS b)
+        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(p_events) AS b)
         FOR SHARE OF j;
     END IF;
 
     -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
     -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
-    -- with it; the first event whose content differs is named below.
+    -- with it; the first event whose content differs is named below. The events are numbered
+    -- here, with their defaults: kind '', payload JSON null, max_attempts p_max_attempts for
+    -- null or 0.
     SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
-                         coalesce(j.id, b.existing_id))::ordered_enqueue_item ORDER BY b.ord),
+                         coalesce(j.id, -nullif(v_first_of[b.ord], 0)))::ordered_enqueue_item ORDER BY b.ord),
            min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
                j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
                OR j.run_at IS DISTINCT FROM b.run_at
                OR j.max_attempts IS DISTINCT FROM b.max_attempts))
     INTO v_events, v_conflict_ord
-    FROM unnest(v_events) AS b
+    FROM (SELECT e.ord::integer AS ord, e.key, e.seq, coalesce(e.kind, '') AS kind,
+                 coalesce(e.payload, 'null'::jsonb) AS payload, e.run_at,
+                 CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END AS max_attempts
+          FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)) AS b
     LEFT JOIN LATERAL (
         SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
         WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
