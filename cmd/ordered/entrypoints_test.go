@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ import (
 // functions called as a producer in another language calls them.
 const (
 	viaGo      = "go"       // Client.EnqueueMany
-	viaCLI     = "cli"      // the ordered binary: ordered enqueue FILE
+	viaCLI     = "cli"      // the CLI: ordered enqueue FILE
 	viaSQLJSON = "sql-json" // SELECT * FROM ordered_enqueue($1::jsonb)
 	viaSQLRows = "sql-rows" // SELECT * FROM ordered_enqueue_events(ordered_event[])
 )
@@ -312,27 +311,21 @@ func goAnswer(t *testing.T, err error) entryAnswer {
 	return entryAnswer{}
 }
 
-// cliAnswer runs `ordered enqueue FILE` on the lines and reads its answer from its one-line
-// error: the line it names, and the field its message names.
+// cliAnswer runs `ordered enqueue FILE` on the lines (in this process, as runCLI runs the CLI)
+// and reads its answer from its one-line error: the line it names, and the field its message
+// names.
 func cliAnswer(t *testing.T, q *orderedtest.Queue, lines []string) entryAnswer {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "events.jsonl")
 	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cliBin, "enqueue", file, "--database-url", q.URL)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err == nil {
-		require.Empty(t, stderr.String())
-		require.Regexp(t, fmt.Sprintf(`^enqueued %d events from .* \(\d+ new, \d+ duplicates\)\n$`, len(lines)), stdout.String())
+	r := runCLI(t, q.URL, "", "enqueue", file)
+	if r.code == 0 {
+		require.Empty(t, r.stderr)
+		require.Regexp(t, fmt.Sprintf(`^enqueued %d events from .* \(\d+ new, \d+ duplicates\)\n$`, len(lines)), r.stdout)
 		return accepted
 	}
-	var exitErr *exec.ExitError
-	require.ErrorAs(t, err, &exitErr, "cli: %s", stderr.String())
-	msg := stderr.String()
-	require.Equal(t, 1, strings.Count(msg, "\n"), "cli: one line: %q", msg)
+	requireOneLineError(t, r)
+	msg := r.stderr
 	require.Contains(t, msg, "nothing was enqueued")
 	var line int
 	rest := msg[strings.Index(msg, "line "):]
