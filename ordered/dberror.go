@@ -15,6 +15,7 @@ const (
 	codeNotFailed        = "ORD04"
 	codeDuplicate        = "ORD05"
 	codeLeaseLost        = "ORD06"
+	codeInvalidEvent     = "ORD07"
 )
 
 // fieldError is the error shape of database/sql drivers other than pgx (bun's pgdriver).
@@ -22,9 +23,9 @@ type fieldError interface {
 	Field(byte) string
 }
 
-// mapDBError turns the schema's own SQLSTATEs into the package's errors. A conflicting
-// duplicate's Index is its position in what was sent (encodedBatch.dbError maps it to the
-// batch's).
+// mapDBError turns the schema's own SQLSTATEs into the package's errors. The Index of a
+// conflicting duplicate or an invalid event is its position in what was sent
+// (encodedBatch.dbError maps it to the batch's).
 func mapDBError(err error) error {
 	var code, message, detail string
 	var pgErr *pgconn.PgError
@@ -55,15 +56,32 @@ func mapDBError(err error) error {
 	case codeDuplicate:
 		dup := &DuplicateConflictError{Index: -1, Stored: true}
 		var d struct {
-			Ord   int    `json:"ord"`
-			Key   string `json:"key"`
-			Seq   int64  `json:"seq"`
-			Field string `json:"field"`
+			Ord    int    `json:"ord"`
+			Key    string `json:"key"`
+			Seq    int64  `json:"seq"`
+			Field  string `json:"field"`
+			Stored *bool  `json:"stored"`
 		}
 		if json.Unmarshal([]byte(detail), &d) == nil {
 			dup.Index, dup.Key, dup.Seq, dup.Field = d.Ord-1, d.Key, d.Seq, d.Field
+			if d.Stored != nil {
+				dup.Stored = *d.Stored
+			}
 		}
 		return dup
+	case codeInvalidEvent:
+		invalid := &InvalidEventError{Index: -1, Reason: message}
+		var d struct {
+			Ord     int    `json:"ord"`
+			Key     string `json:"key"`
+			Seq     int64  `json:"seq"`
+			Field   string `json:"field"`
+			Problem string `json:"problem"`
+		}
+		if json.Unmarshal([]byte(detail), &d) == nil {
+			invalid.Index, invalid.Key, invalid.Seq, invalid.Field, invalid.Reason = d.Ord-1, d.Key, d.Seq, d.Field, d.Problem
+		}
+		return invalid
 	case codeReplayOutOfOrder:
 		return &schemaError{kind: ErrReplayOutOfOrder, msg: message}
 	case codeLaterJobRunning:

@@ -97,7 +97,8 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	rows, err := scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON))...))
+	rows, err := scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON),
+		b.columns.MaxKeyBytesLimit, b.columns.MaxAttemptsDefault)...))
 	if err != nil {
 		return nil, b.dbError(err)
 	}
@@ -143,11 +144,18 @@ func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 }
 
 // dbError maps a database error to the package's, naming the event of a conflicting
-// duplicate by its index in the batch rather than in what was sent.
+// duplicate or an invalid event by its index in the batch rather than in what was sent.
 func (b *encodedBatch) dbError(err error) error {
 	err = mapDBError(err)
-	if dup, ok := err.(*DuplicateConflictError); ok && dup.Index >= 0 && dup.Index < len(b.unique) {
-		dup.Index = b.unique[dup.Index]
+	switch e := err.(type) {
+	case *DuplicateConflictError:
+		if e.Index >= 0 && e.Index < len(b.unique) {
+			e.Index = b.unique[e.Index]
+		}
+	case *InvalidEventError:
+		if e.Index >= 0 && e.Index < len(b.unique) {
+			e.Index = b.unique[e.Index]
+		}
 	}
 	return err
 }
@@ -187,6 +195,7 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	b := &encodedBatch{sentAs: make([]int, len(events))}
 	seen := make(map[identity]int, len(events))
 	cols := &b.columns
+	cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault = int32(c.cfg.MaxKeyBytes), int32(c.cfg.MaxAttempts)
 	for i, ev := range events {
 		if err := c.validateEvent(i, ev); err != nil {
 			return nil, err

@@ -506,8 +506,8 @@ func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
 	const payload = `{"c": {"d": "\u00e9"}, "b": [true, null, "x"], "a": 1.0}`
 	calls := map[string]string{
 		"ordered_enqueue_events": `SELECT ord, id, duplicate FROM ordered_enqueue_events(ARRAY[
-			ROW(1, 'new', 1, '', 'null'::jsonb, NULL, 3, NULL)::ordered_event,
-			ROW(2, 'k', 1, 'orig', $1::jsonb, '2020-01-02 03:04:05.123456Z', $2, NULL)::ordered_event])`,
+			ROW('new', 1, '', 'null'::jsonb, NULL, 3)::ordered_event,
+			ROW('k', 1, 'orig', $1::jsonb, '2020-01-02 03:04:05.123456Z', $2)::ordered_event])`,
 		"ordered_enqueue": `SELECT ord, id, duplicate FROM ordered_enqueue(jsonb_build_array(
 			'{"key":"new","seq":1,"max_attempts":3}'::jsonb,
 			jsonb_build_object('key', 'k', 'seq', 1, 'kind', 'orig', 'payload', $1::jsonb,
@@ -523,7 +523,7 @@ func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
 		require.Equal(t, "ORD05", pgErr.Code, name)
 		require.Equal(t, `ordered: duplicate event with different content: key k seq 1 is already enqueued with a different max_attempts`,
 			pgErr.Message, name)
-		require.JSONEq(t, `{"ord": 2, "key": "k", "seq": 1, "field": "max_attempts"}`, pgErr.Detail, name)
+		require.JSONEq(t, `{"ord": 2, "key": "k", "seq": 1, "field": "max_attempts", "stored": true}`, pgErr.Detail, name)
 		_, err = tx.Exec(b.ctx, `SELECT 1`)
 		require.ErrorAs(t, err, &pgErr)
 		require.Equal(t, "25P02", pgErr.Code, "%s: the transaction is aborted", name)

@@ -42,21 +42,29 @@ var ErrLaterJobRunning = errors.New("ordered: a later job of the key is running"
 var ErrBacklogFull = errors.New("ordered: backlog full")
 
 // InvalidEventError is returned for an event that cannot be enqueued; nothing of its batch was
-// written.
+// written. The client checks events before it sends them, and the database checks them again
+// by the same rules (SQLSTATE ORD07, see docs/sql.md): either way the error is this one.
 type InvalidEventError struct {
-	// Index is the event's position in its batch, from 0.
+	// Index is the event's position in its batch, from 0 (-1 when the database did not name
+	// it).
 	Index int
 	Key   string
 	Seq   int64
-	// Field is the offending field: "key", "seq", "payload", "kind", "max_attempts".
+	// Field is the offending field: "key", "seq", "kind", "payload", "run_at",
+	// "max_attempts"; from the database's JSON form also an unknown field's name, or "" for
+	// an element that is not an event object.
 	Field  string
 	Reason string
 }
 
 // Error names the event by its index, key and seq, and the field at fault.
 func (e *InvalidEventError) Error() string {
-	return fmt.Sprintf("ordered: invalid event at index %d (key %q, seq %d): %s: %s",
-		e.Index, truncate(e.Key, 64), e.Seq, e.Field, e.Reason)
+	field := e.Field + ": "
+	if e.Field == "" {
+		field = ""
+	}
+	return fmt.Sprintf("ordered: invalid event at index %d (key %q, seq %d): %s%s",
+		e.Index, truncate(e.Key, 64), e.Seq, field, e.Reason)
 }
 
 // Is reports whether target is ErrInvalidEvent.

@@ -7,3 +7,6 @@ import "time"
 // machine's load makes of the averages. Each slot hold moves the average an eighth toward
 // the hold, and a claim gives up after claimTimeout: it holds for the tens of jobs a test runs.
 func AssumeSlowHandlers(w *Worker) { w.slotTime.Store(int64(time.Hour)) }
+
+// MapDBError is mapDBError, for comparing the errors the database raises with the client's.
+func MapDBError(err error) error { return mapDBError(err) }

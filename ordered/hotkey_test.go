@@ -227,7 +227,8 @@ func enqueueBuffers(t *testing.T, b *testBundle, key string, seq int64) int {
 	batch, err := json.Marshal([]map[string]any{{"key": key, "seq": seq, "kind": "", "payload": map[string]any{}, "max_attempts": 3}})
 	require.NoError(t, err)
 	var out []byte
-	require.NoError(t, tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.JobEnqueueJSONSQL, string(batch)).Scan(&out))
+	require.NoError(t, tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.JobEnqueueJSONSQL, string(batch),
+		ordered.MaxKeyBytesDefault, ordered.MaxAttemptsDefault).Scan(&out))
 	var doc []struct {
 		Plan struct {
 			SharedHit  int `json:"Shared Hit Blocks"`

@@ -240,3 +240,63 @@ func TestFunctionsReplacedWhileClaimsRun(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// publicFunctions are the functions producers in any language call (docs/sql.md); every other
+// function of the schema is internal, and its comment says so.
+var publicFunctions = map[string]bool{"ordered_enqueue": true, "ordered_enqueue_events": true}
+
+// functionComments returns the comment of every function of the current schema, by name ("" for
+// none).
+func functionComments(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string]string {
+	t.Helper()
+	rows, err := pool.Query(ctx, `SELECT p.proname, coalesce(obj_description(p.oid, 'pg_proc'), '')
+		FROM pg_proc AS p WHERE p.pronamespace = current_schema()::regnamespace`)
+	require.NoError(t, err)
+	comments := map[string]string{}
+	var name, comment string
+	_, err = pgx.ForEachRow(rows, []any{&name, &comment}, func() error {
+		comments[name] = comment
+		return nil
+	})
+	require.NoError(t, err)
+	return comments
+}
+
+// Every function has a COMMENT, from its own file, that says whether it is an interface: the
+// public ones point to docs/sql.md, the others say they are internal. A file that is applied
+// again (its text changed) keeps its comment.
+func TestFunctionsHaveComments(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	check := func(t *testing.T) {
+		t.Helper()
+		comments := functionComments(t, ctx, q.Pool)
+		for name := range publicFunctions {
+			require.Contains(t, comments, name)
+		}
+		for name, comment := range comments {
+			if publicFunctions[name] {
+				require.Contains(t, comment, "docs/sql.md", "%s is public", name)
+				require.NotContains(t, comment, "Internal", "%s is public", name)
+			} else {
+				require.True(t, strings.HasPrefix(comment, "Internal to ordered: "), "%s is internal: %q", name, comment)
+			}
+		}
+	}
+	check(t)
+	fns, err := schema.Functions()
+	require.NoError(t, err)
+	for _, f := range fns {
+		require.Regexp(t, `(?m)^\$\$;\nCOMMENT ON FUNCTION `+f.Name+`\(`, f.SQL,
+			"functions/%s.sql comments its function after the CREATE", f.Name)
+	}
+
+	// The comment is the file's: a changed one is applied with the file, and is there after.
+	changed := strings.Replace(functionText(t, "ordered_enqueue"), "See docs/sql.md.", "See docs/sql.md. Changed.", 1)
+	applied, err := schema.MigrateFS(ctx, q.Pool, fsWith(t, map[string]string{"functions/ordered_enqueue.sql": changed}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"ordered_enqueue"}, applied.Functions)
+	check(t)
+	require.True(t, strings.HasSuffix(functionComments(t, ctx, q.Pool)["ordered_enqueue"], "Changed."))
+}

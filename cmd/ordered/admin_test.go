@@ -17,16 +17,19 @@ import (
 )
 
 // A key, kind or error cannot forge terminal output: `status`, `failed` (both forms) and the
-// error line print control and format characters as escapes. The library refuses such keys,
-// so this one is written with the schema's own enqueue function, as a key stored before the
-// library refused them would be.
+// error line print control and format characters as escapes. The library and the schema's
+// enqueue functions refuse such keys, so this one is written into the tables by hand, as a key
+// stored before they refused them would be.
 func TestAdminOutputEscapesKeysAndErrors(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
 	ctx := context.Background()
 	const key = "evil\x1b[2J\u009b31m\u202eyek\x7f"
-	_, err := q.Pool.Exec(ctx, `SELECT * FROM ordered_enqueue($1::jsonb)`,
-		`[{"key":"evil\u001b[2J\u009b31m\u202eyek\u007f","seq":1,"kind":"k\u0007ind","payload":null,"max_attempts":1}]`)
+	_, err := q.Pool.Exec(ctx, `SELECT * FROM ordered_enqueue('[{"key":"placeholder","seq":1,"max_attempts":1}]')`)
+	require.NoError(t, err)
+	_, err = q.Pool.Exec(ctx, `UPDATE ordered_jobs SET key = $1, kind = $2 WHERE key = 'placeholder'`, key, "k\u0007ind")
+	require.NoError(t, err)
+	_, err = q.Pool.Exec(ctx, `UPDATE ordered_keys SET key = $1 WHERE key = 'placeholder'`, key)
 	require.NoError(t, err)
 	c := newTestClient(t, q, time.Hour, policy.Block)
 	jobs := claimIDs(t, c, 1)

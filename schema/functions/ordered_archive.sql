@@ -35,3 +35,5 @@ BEGIN
     RETURN cardinality(v_ids);
 END
 $$;
+COMMENT ON FUNCTION ordered_archive(interval, integer) IS
+'Internal to ordered: deletes old done jobs in bounded batches (ordered archive, a worker''s maintenance). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -1,25 +1,33 @@
--- ordered_enqueue_events inserts a batch of events, validated by the caller and each (key, seq)
--- at most once, in the order given. It returns one row per event: its position (ord), the job
--- id, and whether (key, seq) already existed.
+-- ordered_enqueue_events enqueues a batch of events in the caller's transaction, all or nothing,
+-- and returns one row per event in the order given: its position (ord, from 1), its job's id,
+-- and whether the event was a duplicate (nothing written). It is the interface for producers
+-- in any language; docs/sql.md documents it. p_max_key_bytes (keys and kinds),
+-- p_max_payload_bytes (payload::text; null: no limit) and p_max_attempts (the default of an
+-- event that sets none, or 0) have the Go client's defaults; the Go client passes its Config.
 --
--- A duplicate is compared with the stored job: the same content (payload by jsonb equality,
--- kind, run_at, max_attempts) is an idempotent no-op; a different one raises ORD05 and the batch
--- writes nothing. The comparison costs nothing for a new event: it reads the columns of the row
--- that the lookup of a duplicate fetches anyway. An event at or below its key's archived
--- history whose job is no longer stored is a no-op too, reported with a null id: a producer
--- that re-sends an event it sent long ago gets the answer it gets for one still stored, and the
--- event never runs again (the key keeps only its highest archived seq, so such an event can be
--- neither compared nor told from one never sent that is as low). A late event (seq below a job
--- of its key that has started or finished) raises ORD01 and nothing is written.
+-- Events are first validated by the Go client's rules (ordered_event_problem, one pass over
+-- the array): the first invalid one raises ORD07. A repeat of an earlier event of the call
+-- with other content raises ORD05; with the same content it is a duplicate of that event. A duplicate of a stored job is compared with it: the same content
+-- (payload by jsonb equality, kind, run_at, max_attempts) is an idempotent no-op; a different
+-- one raises ORD05 and the batch writes nothing. The comparison costs nothing for a new event:
+-- it reads the columns of the row that the lookup of a duplicate fetches anyway. An event at or
+-- below its key's archived history whose job is no longer stored is a no-op too, reported with
+-- a null id: a producer that re-sends an event it sent long ago gets the answer it gets for one
+-- still stored, and the event never runs again (the key keeps only its highest archived seq,
+-- so such an event can be neither compared nor told from one never sent that is as low). A
+-- late event (seq below a job of its key that has started or finished) raises ORD01 and
+-- nothing is written.
 --
 -- It checks its events for lateness twice: before the insert, and again after it moved heads,
 -- for the heads its events went below. Claims do not wait for the key row an enqueue holds, so
 -- a queued head can be claimed and given back for a retry between the first check and the
 -- refresh; it has started by then, and the refresh (which keeps only running heads) demoted it.
 -- Jobs must be written through this function only: it keeps (key, seq) unique across open and
--- finished jobs. A repeat of a new (key, seq) within one call fails on ordered_jobs_open; the
--- Go client compares the repeats of a batch and sends one.
-CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[])
+-- finished jobs.
+CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[],
+                                                  p_max_key_bytes integer DEFAULT 255,
+                                                  p_max_payload_bytes integer DEFAULT 1048576,
+                                                  p_max_attempts integer DEFAULT 25)
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -28,7 +36,12 @@ SET jit = off
 SET enable_bitmapscan = off
 AS $$
 DECLARE
-    v_events ordered_event[] := p_events;
+    v_events ordered_enqueue_item[];
+    v_null_ord integer;
+    v_bad_ord integer;
+    v_repeats boolean;
+    v_first_of integer[];
+    v_repeat json;
     v_late record;
     v_conflict record;
     v_conflict_ord integer;
@@ -40,44 +53,122 @@ DECLARE
     v_new_ids bigint[];
     v_old_heads bigint[];
 BEGIN
-    -- Lock the keys in a fixed order (no deadlocks between batches). It must always write the
-    -- row, never only lock it: that is what makes a REPEATABLE READ or SERIALIZABLE caller with
-    -- a stale snapshot fail with a serialization error instead of computing heads from it.
-    -- It returns the archive's watermark of the keys whose lowest event here is at or below
-    -- it; the lock keeps archival from moving it until this transaction ends.
-    WITH b AS (
-        SELECT e.key, min(e.seq) AS seq_min, max(e.seq) AS seq_max
-        FROM unnest(v_events) AS e GROUP BY e.key
+    IF coalesce(cardinality(p_events), 0) = 0 THEN
+        RETURN; -- an empty call (or a null array) enqueues nothing
+    ELSIF p_max_key_bytes IS NULL OR p_max_key_bytes < 1 THEN
+        RAISE EXCEPTION 'ordered: p_max_key_bytes must be at least 1, not %', coalesce(p_max_key_bytes::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_max_payload_bytes < 1 THEN
+        RAISE EXCEPTION 'ordered: p_max_payload_bytes must be at least 1 (or null: no limit), not %', p_max_payload_bytes
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'ordered: p_max_attempts must be at least 1, not %', coalesce(p_max_attempts::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF array_ndims(p_events) > 1 THEN
+        RAISE EXCEPTION 'ordered: p_events must be a one-dimensional array, not one of % dimensions', array_ndims(p_events)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Validate, then lock the keys, in one statement (one pass over the events). The first
+    -- invalid event, by its position in p_events (ord), raises ORD07 below, and then the
+    -- statement has written nothing. A NULL element unnests as a row of nulls; array_position
+    -- tells it apart (and costs nothing for an array without nulls).
+    --
+    -- The keys are locked in a fixed order (no deadlocks between batches). The statement must
+    -- always write the key row, never only lock it: that is what makes a REPEATABLE READ or
+    -- SERIALIZABLE caller with a stale snapshot fail with a serialization error instead of
+    -- computing heads from it. It returns the archive's watermark of the keys whose lowest
+    -- event here is at or below it; the lock keeps archival from moving it until this
+    -- transaction ends. Counting the events of each (key, seq) on the way, it also tells
+    -- whether the call repeats one.
+    v_null_ord := array_position(p_events, NULL) - array_lower(p_events, 1) + 1;
+    WITH e AS MATERIALIZED (
+        SELECT e.key, e.seq, e.ord,
+               ordered_event_problem(e.ord = v_null_ord, e.key, e.seq, e.kind, e.payload, e.run_at,
+                                     e.max_attempts, p_max_key_bytes, p_max_payload_bytes) IS NOT NULL AS bad
+        FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+    ), v AS (
+        SELECT min(e.ord) FILTER (WHERE e.bad) AS bad_ord FROM e
+    ), s AS (
+        SELECT e.key, e.seq, count(*) AS n FROM e GROUP BY e.key, e.seq
+    ), b AS (
+        SELECT s.key, min(s.seq) AS seq_min, max(s.seq) AS seq_max, max(s.n) AS n_max FROM s GROUP BY s.key
     ), locked AS (
         INSERT INTO ordered_keys AS k (key, seq_max)
-        SELECT b.key, b.seq_max FROM b ORDER BY b.key
+        SELECT b.key, b.seq_max FROM b WHERE (SELECT v.bad_ord FROM v) IS NULL ORDER BY b.key
         ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max)
         RETURNING k.key, k.archived_seq
     )
-    SELECT array_agg(l.key), array_agg(l.archived_seq)
-    INTO v_archived_keys, v_archived_seqs
-    FROM locked AS l JOIN b ON b.key = l.key
-    WHERE b.seq_min <= l.archived_seq;
+    SELECT (SELECT v.bad_ord FROM v),
+           array_agg(l.key) FILTER (WHERE b.seq_min <= l.archived_seq),
+           array_agg(l.archived_seq) FILTER (WHERE b.seq_min <= l.archived_seq),
+           bool_or(b.n_max > 1)
+    INTO v_bad_ord, v_archived_keys, v_archived_seqs, v_repeats
+    FROM locked AS l JOIN b ON b.key = l.key;
+    IF v_bad_ord IS NOT NULL THEN
+        PERFORM ordered_enqueue_invalid(json_strip_nulls(json_build_object(
+                    'ord', e.ord, 'key', e.key, 'seq', e.seq, 'field', p.problem[1], 'problem', p.problem[2])))
+        FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+        CROSS JOIN LATERAL (SELECT ordered_event_problem(e.ord = v_null_ord, e.key, e.seq, e.kind, e.payload, e.run_at,
+                                                         e.max_attempts, p_max_key_bytes, p_max_payload_bytes) AS problem) AS p
+        WHERE e.ord = v_bad_ord;
+    END IF;
+
+    -- Repeats of a (key, seq) within the call (rare: the Go client sends each once) are
+    -- compared with its first event, as the Go client compares the repeats of a batch: after
+    -- defaults, payload by jsonb equality. The first that differs raises ORD05; the others are
+    -- marked (v_first_of[ord] is the ord of the event repeated, 0 for a first) and reported as
+    -- duplicates of their first event.
+    IF v_repeats THEN
+        WITH e AS (
+            SELECT e.ord, e.key, e.seq, coalesce(e.kind, '') AS kind, coalesce(e.payload, 'null'::jsonb) AS payload,
+                   e.run_at, CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END AS max_attempts,
+                   min(e.ord) OVER (PARTITION BY e.key, e.seq) AS first
+            FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)
+        )
+        SELECT array_agg(CASE WHEN e.first = e.ord THEN 0 ELSE e.first END ORDER BY e.ord),
+               (array_agg(json_build_object('ord', e.ord, 'key', e.key, 'seq', e.seq, 'field', d.field, 'stored', false)
+                          ORDER BY e.ord) FILTER (WHERE d.field IS NOT NULL))[1]
+        INTO v_first_of, v_repeat
+        FROM e JOIN e AS f ON f.ord = e.first
+        CROSS JOIN LATERAL (SELECT CASE
+            WHEN f.ord = e.ord THEN NULL
+            WHEN f.payload IS DISTINCT FROM e.payload THEN 'payload'
+            WHEN f.kind IS DISTINCT FROM e.kind THEN 'kind'
+            WHEN f.run_at IS DISTINCT FROM e.run_at THEN 'run_at'
+            WHEN f.max_attempts IS DISTINCT FROM e.max_attempts THEN 'max_attempts'
+            END AS field) AS d;
+        IF v_repeat IS NOT NULL THEN
+            RAISE EXCEPTION 'ordered: duplicate event with different content: key % seq % is earlier in the same call with a different %',
+                v_repeat->>'key', v_repeat->>'seq', v_repeat->>'field'
+                USING ERRCODE = 'ORD05', DETAIL = v_repeat::text;
+        END IF;
+    END IF;
 
     -- A caller that keeps one snapshot must not compute heads from a stale one: lock the heads
     -- its snapshot sees, which raises a serialization error if any changed since.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM 1 FROM ordered_jobs AS j
-        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(v_events) AS b)
+        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(p_events) AS b)
         FOR SHARE OF j;
     END IF;
 
     -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
     -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
-    -- with it; the first event whose content differs is named below.
+    -- with it; the first event whose content differs is named below. The events are numbered
+    -- here, with their defaults: kind '', payload JSON null, max_attempts p_max_attempts for
+    -- null or 0.
     SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
-                         j.id)::ordered_event ORDER BY b.ord),
+                         coalesce(j.id, -nullif(v_first_of[b.ord], 0)))::ordered_enqueue_item ORDER BY b.ord),
            min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
                j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
                OR j.run_at IS DISTINCT FROM b.run_at
                OR j.max_attempts IS DISTINCT FROM b.max_attempts))
     INTO v_events, v_conflict_ord
-    FROM unnest(v_events) AS b
+    FROM (SELECT e.ord::integer AS ord, e.key, e.seq, coalesce(e.kind, '') AS kind,
+                 coalesce(e.payload, 'null'::jsonb) AS payload, e.run_at,
+                 CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END AS max_attempts
+          FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)) AS b
     LEFT JOIN LATERAL (
         SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
         WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
@@ -99,16 +190,18 @@ BEGIN
             v_conflict.key, v_conflict.seq, v_conflict.field
             USING ERRCODE = 'ORD05',
                   DETAIL = json_build_object('ord', v_conflict.ord, 'key', v_conflict.key,
-                                             'seq', v_conflict.seq, 'field', v_conflict.field)::text;
+                                             'seq', v_conflict.seq, 'field', v_conflict.field,
+                                             'stored', true)::text;
     END IF;
 
     -- An event at or below its key's archived history and not stored was, as far as can be
-    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job.
+    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job. (A repeat
+    -- of it within the call keeps its mark, and is reported as the event it repeats.)
     IF v_archived_keys IS NOT NULL THEN
         v_events := ARRAY(
             SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
                        CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
-                            ELSE b.existing_id END)::ordered_event
+                            ELSE b.existing_id END)::ordered_enqueue_item
             FROM unnest(v_events) AS b
             LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key
             ORDER BY b.ord);
@@ -160,7 +253,8 @@ BEGIN
     INTO v_new_keys, v_new_seqs, v_new_ids
     FROM inserted AS i;
     IF v_new_ids IS NULL THEN
-        RETURN QUERY SELECT b.ord, nullif(b.existing_id, 0), true FROM unnest(v_events) AS b ORDER BY b.ord;
+        RETURN QUERY SELECT b.ord, CASE WHEN b.existing_id > 0 THEN b.existing_id END, true
+                     FROM unnest(v_events) AS b ORDER BY b.ord;
         RETURN;
     END IF;
     -- Only a key whose lowest new event comes before its head, or that has none (it was idle),
@@ -222,12 +316,15 @@ BEGIN
         END IF;
     END IF;
 
-    -- id is null for an event at or below its key's archived history (existing_id 0).
+    -- id is null for an event at or below its key's archived history (existing_id 0); a repeat
+    -- of a new event (existing_id negative) reports that event's new job.
     RETURN QUERY
-    SELECT b.ord, nullif(coalesce(b.existing_id, n.id), 0), b.existing_id IS NOT NULL
+    SELECT b.ord, CASE WHEN b.existing_id > 0 THEN b.existing_id ELSE n.id END, b.existing_id IS NOT NULL
     FROM unnest(v_events) AS b
     LEFT JOIN unnest(v_new_keys, v_new_seqs, v_new_ids) AS n(key, seq, id)
-        ON b.existing_id IS NULL AND n.key = b.key AND n.seq = b.seq
+        ON (b.existing_id IS NULL OR b.existing_id < 0) AND n.key = b.key AND n.seq = b.seq
     ORDER BY b.ord;
 END
 $$;
+COMMENT ON FUNCTION ordered_enqueue_events(ordered_event[], integer, integer, integer) IS
+'Enqueues events in the caller''s transaction, all or nothing: ordered_enqueue_events(ARRAY[ROW(key, seq, kind, payload, run_at, max_attempts)::ordered_event, ...]) returns (ord, id, duplicate) per event, in order. Only key and seq are required. Errors: ORD07 invalid event, ORD05 duplicate with different content, ORD01 late event; DETAIL is JSON. Optional limits default to the Go client''s: p_max_key_bytes 255, p_max_payload_bytes 1048576, p_max_attempts 25. See docs/sql.md.';

@@ -69,3 +69,5 @@ BEGIN
       AND NOT j.head;
 END
 $$;
+COMMENT ON FUNCTION ordered_heads_refresh(text[]) IS
+'Internal to ordered: recomputes the head job of keys whose rows the caller holds locked. Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -14,3 +14,5 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION ordered_job_complete(bigint, bigint) IS
+'Internal to ordered: completes a claim inside the caller''s transaction (Client.CompleteTx). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

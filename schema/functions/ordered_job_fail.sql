@@ -30,3 +30,5 @@ BEGIN
     RETURN true;
 END
 $$;
+COMMENT ON FUNCTION ordered_job_fail(bigint, bigint, text, boolean, boolean) IS
+'Internal to ordered: fails a claimed job for good (the worker, Client.Fail, FailExhausted). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

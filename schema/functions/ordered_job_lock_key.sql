@@ -22,3 +22,5 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION ordered_job_lock_key(bigint, boolean) IS
+'Internal to ordered: locks the key row of a job before the job (replay, skip). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -45,3 +45,5 @@ BEGIN
     PERFORM pg_notify('ordered_jobs', current_schema());
 END
 $$;
+COMMENT ON FUNCTION ordered_job_replay(bigint, boolean) IS
+'Internal to ordered: queues a failed job again (ordered replay, Client.Replay). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -15,3 +15,5 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION ordered_job_require_failed(bigint) IS
+'Internal to ordered: says why replay or skip refuses a job. Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

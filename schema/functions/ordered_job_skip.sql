@@ -19,3 +19,5 @@ BEGIN
     RETURN true;
 END
 $$;
+COMMENT ON FUNCTION ordered_job_skip(bigint) IS
+'Internal to ordered: releases a key blocked by a failed job (ordered skip, Client.Skip). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -74,3 +74,5 @@ BEGIN
     SELECT * FROM claimed;
 END
 $$;
+COMMENT ON FUNCTION ordered_jobs_claim(integer, interval) IS
+'Internal to ordered: the claim: leases up to p_limit ready jobs (workers). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -118,3 +118,5 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION ordered_jobs_complete(bigint[], bigint[], integer, interval) IS
+'Internal to ordered: completes a batch of claims and claims the keys'' next jobs (workers). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -39,3 +39,5 @@ BEGIN
     RETURN v;
 END
 $$;
+COMMENT ON FUNCTION ordered_stats_shared(interval) IS
+'Internal to ordered: the queue''s shared counts (metrics, ordered status). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -105,8 +105,21 @@ ALTER TABLE ordered_keys SET (
     autovacuum_vacuum_threshold = 1000
 );
 
--- One event of an enqueue batch, in the order given; existing_id is set when (key, seq) exists.
+-- One event as a producer passes it to ordered_enqueue_events (docs/sql.md): the fields of the
+-- JSON form, in its order.
 CREATE TYPE ordered_event AS (
+    key          text,
+    seq          bigint,
+    kind         text,
+    payload      jsonb,
+    run_at       timestamptz,
+    max_attempts integer
+);
+
+-- One event as the enqueue functions work on it: its position in the call (ord), its fields
+-- with the defaults applied, and the job it duplicates (existing_id: a stored job's id, 0 for
+-- an archived one, minus the ord of an earlier event of the call that it repeats).
+CREATE TYPE ordered_enqueue_item AS (
     ord          integer,
     key          text,
     seq          bigint,

@@ -50,8 +50,8 @@ var (
 var JobClaimManySQL = jobClaimManySQL
 
 // JobEnqueueJSONSQL is the enqueue statement for callers that run it through database/sql:
-// its one argument is the batch as a JSON array of objects with key, seq, kind, payload,
-// run_at and max_attempts.
+// its arguments are the batch as a JSON array of objects with key, seq, kind, payload,
+// run_at and max_attempts, then EnqueueBatch's MaxKeyBytes and MaxAttempts.
 var JobEnqueueJSONSQL = jobEnqueueJSONSQL
 
 // DBTX is a pool, a connection or a transaction.
@@ -159,11 +159,17 @@ type EnqueueBatch struct {
 	Payloads    []string     // JSON documents
 	RunAts      []*time.Time // nil: now
 	MaxAttempts []int32
+
+	// The limits the database checks the batch against again: MaxKeyBytesLimit bounds keys and
+	// kinds, MaxAttemptsDefault is the attempt limit of an event whose MaxAttempts is 0.
+	MaxKeyBytesLimit   int32
+	MaxAttemptsDefault int32
 }
 
 // JobEnqueueMany enqueues a batch.
 func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJob, error) {
-	rows, err := db.Query(ctx, jobEnqueueManySQL, b.Keys, b.Seqs, b.Kinds, b.Payloads, b.RunAts, b.MaxAttempts)
+	rows, err := db.Query(ctx, jobEnqueueManySQL, b.Keys, b.Seqs, b.Kinds, b.Payloads, b.RunAts, b.MaxAttempts,
+		b.MaxKeyBytesLimit, b.MaxAttemptsDefault)
 	if err != nil {
 		return nil, err
 	}
