@@ -67,11 +67,12 @@ func (n *Notifier) Run(ctx context.Context) {
 			return
 		}
 		if listened {
-			failures = 0 // it worked until now: reconnect at once, back off only if that fails
+			failures = 0 // it worked until now: the shortest wait, longer ones only if reconnecting fails
 		}
 		failures++
-		n.Logger.Warn("ordered: notification listener disconnected; reconnecting", "error", err)
-		timer := time.NewTimer(backoff.Delay(failures))
+		wait := backoff.Delay(failures)
+		n.Logger.Warn("ordered: notification listener disconnected; reconnecting", "error", err, "wait", wait)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
