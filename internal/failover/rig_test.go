@@ -278,9 +278,10 @@ type completionAck struct {
 type statement struct {
 	kind string // "claim" or "enqueue"
 	port int    // the server's
-	at   time.Time
-	code string // SQLSTATE of its error; "" when it succeeded, "-" for an error without one
-	err  error
+	// began and at are when it was sent and when it ended.
+	began, at time.Time
+	code      string // SQLSTATE of its error; "" when it succeeded, "-" for an error without one
+	err       error
 }
 
 // recorder keeps what the clients saw acknowledged, and every claim and enqueue statement.
@@ -293,9 +294,11 @@ type recorder struct {
 	pending     map[*pgx.Conn]completionAck // a handler's job, until its transaction ends
 	// compAcked holds each event's first acknowledged completion.
 	compAcked map[history.ID]completionAck
+	// ports counts the statements that ended, by the port of their server.
+	ports map[int]int
 	// killed is set when the primary is killed.
-	killed atomic.Bool
-	statements    []statement
+	killed     atomic.Bool
+	statements []statement
 }
 
 func newRecorder() *recorder {
@@ -303,6 +306,7 @@ func newRecorder() *recorder {
 		enqAcked:  map[history.ID]time.Time{},
 		pending:   map[*pgx.Conn]completionAck{},
 		compAcked: map[history.ID]completionAck{},
+		ports:     map[int]int{},
 	}
 }
 
@@ -342,10 +346,11 @@ func (r *recorder) willCommit(conn *pgx.Conn, job *ordered.Job) {
 }
 
 // statement records what the tracer saw end on conn.
-func (r *recorder) statement(conn *pgx.Conn, sql string, data pgx.TraceQueryEndData) {
-	now := time.Now()
+func (r *recorder) statement(conn *pgx.Conn, q traced, data pgx.TraceQueryEndData) {
+	now, sql := time.Now(), q.sql
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.ports[serverPort(conn)]++
 	switch {
 	case sql == "commit" || sql == "rollback":
 		ack, ok := r.pending[conn]
@@ -365,7 +370,7 @@ func (r *recorder) statement(conn *pgx.Conn, sql string, data pgx.TraceQueryEndD
 		if strings.Contains(sql, "ordered_enqueue_events(") {
 			kind = "enqueue"
 		}
-		s := statement{kind: kind, port: serverPort(conn), at: now, err: data.Err}
+		s := statement{kind: kind, port: serverPort(conn), began: q.began, at: now, err: data.Err}
 		if data.Err != nil {
 			s.code = "-"
 			var pgErr *pgconn.PgError
@@ -405,6 +410,13 @@ func (r *recorder) allStarts() []start {
 	return append([]start(nil), r.starts...)
 }
 
+// statementsOn is how many statements of any kind ended on the server at port.
+func (r *recorder) statementsOn(port int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ports[port]
+}
+
 func (r *recorder) allStatements() []statement {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -427,13 +439,19 @@ type tracer struct{ rec *recorder }
 
 type sqlKey struct{}
 
+// traced is what TraceQueryStart passes on to TraceQueryEnd.
+type traced struct {
+	sql   string
+	began time.Time
+}
+
 func (tr *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	return context.WithValue(ctx, sqlKey{}, data.SQL)
+	return context.WithValue(ctx, sqlKey{}, traced{sql: data.SQL, began: time.Now()})
 }
 
 func (tr *tracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
-	sql, _ := ctx.Value(sqlKey{}).(string)
-	tr.rec.statement(conn, sql, data)
+	q, _ := ctx.Value(sqlKey{}).(traced)
+	tr.rec.statement(conn, q, data)
 }
 
 // serverPort is the port of the server conn is connected to (0 if unknown).
