@@ -100,6 +100,10 @@ func runFailover(t *testing.T, r *rig) *failoverRun {
 		}
 		return len(jobs) > 0
 	})
+	// The worker's listener, cut by the kill, listens again on the new primary.
+	r.waitFor(time.Minute, "the worker listening on the new primary", func() bool {
+		return listening(r.ctx, t, r.standby.URL(), "failover-worker")
+	})
 	stopWorker()
 
 	run.jobs = readJobs(r.ctx, t, r.standby.URL())

@@ -228,6 +228,18 @@ func readJobs(ctx context.Context, t *testing.T, url string) map[history.ID]jobS
 	return jobs
 }
 
+// listening reports whether a session of app listens for notifications on the server at url.
+func listening(ctx context.Context, t *testing.T, url, app string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND query = 'LISTEN ordered_jobs'`, app).Scan(&n))
+	return n > 0
+}
+
 // readEffects reads the handler's effects of the server at url, in the order they committed.
 func readEffects(ctx context.Context, t *testing.T, url string) []history.Effect {
 	t.Helper()
