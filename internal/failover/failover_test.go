@@ -140,7 +140,9 @@ func runFailover(t *testing.T, r *rig) *failoverRun {
 }
 
 // historyOf is the run's history on the new primary: the events it has, their final states,
-// the attempts that began from since (all of them when since is zero) and the effects it has.
+// the attempts claimed after since (all of them when since is zero) and the effects it has.
+// A claim is timed by the database's clock, which is this machine's: after the kill, only the
+// new primary claims.
 func (run *failoverRun) historyOf(since time.Time) history.History {
 	h := history.History{Effects: run.effects}
 	for id, j := range run.jobs {
@@ -153,7 +155,7 @@ func (run *failoverRun) historyOf(since time.Time) history.History {
 	}
 	sort.Slice(h.Enqueued, func(a, b int) bool { return h.Enqueued[a].String() < h.Enqueued[b].String() })
 	for _, s := range run.starts {
-		if s.began.After(since) {
+		if s.At.After(since) {
 			h.Starts = append(h.Starts, s.Start)
 		}
 	}
@@ -200,8 +202,8 @@ func TestFailoverAsynchronousReportsWhatIsLost(t *testing.T) {
 	for _, id := range run.lostCompletions {
 		require.True(t, run.rerunAfterAck[id], "%s: its acknowledged completion was lost and it never ran again", id)
 	}
-	// What the new primary ran since the promotion, against what survived, is in order, and
-	// every surviving event has exactly one effect.
+	// What the new primary claimed, against what survived, is in order, and every surviving
+	// event has exactly one effect.
 	report := history.Check(run.historyOf(run.killedAt))
 	require.True(t, report.Clean(true), "history of the survivors not clean: %v", report.Problems)
 	require.Equal(t, len(run.jobs), report.Completed)

@@ -146,7 +146,7 @@ func (c *Cluster) Promote(ctx context.Context) error {
 // Kill crashes the server: SIGKILL to the postmaster and to every process of its process
 // group (its backends, WAL senders and receivers), all at once, as when its machine dies. No
 // shutdown runs and nothing is flushed; clients see their connections close. It returns once
-// the postmaster is gone. Restart would start it again with crash recovery; Close removes it.
+// the postmaster is gone. Close removes what is left.
 func (c *Cluster) Kill() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
