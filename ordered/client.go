@@ -14,6 +14,15 @@ import (
 
 // Client is the handle on a queue: it enqueues events, claims jobs and settles them, and runs
 // the admin operations. It is safe for concurrent use.
+//
+// Failover: give the pool a URL that lists every server, for the one that takes writes
+// (postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write), and new sessions follow
+// a promotion. A session opened before stays on its server; when a statement of the client's,
+// of its workers' or of a TxHandlerFunc meets one whose server takes no writes (SQLSTATE 25006:
+// a standby, or a primary demoted in place), the pool is reset (every session closes, busy
+// ones when released) so the next statement connects anew. The statement is tried again
+// where that is safe: a claim at the worker's next fetch, a completion batch at once, an
+// Enqueue once; an EnqueueTx returns the error (try its transaction again).
 type Client struct {
 	pool *pgxpool.Pool
 	// db is pool with every statement in mode: what the client's statements run on.

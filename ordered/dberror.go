@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SQLSTATEs raised by the schema's functions.
@@ -94,18 +95,41 @@ func mapDBError(err error) error {
 	return err
 }
 
+// codeReadOnly is read_only_sql_transaction: the session's server takes no writes.
+const codeReadOnly = "25006"
+
 // isTransient reports whether err is a failure that the same statement may not meet again:
-// a deadlock, a serialization failure or a lock not available.
+// a deadlock, a serialization failure, a lock not available, or a session on a server that
+// takes no writes (resetIfReadOnly has closed it, and the next try runs on a new one).
 func isTransient(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
-	case "40P01", "40001", "55P03":
+	case "40P01", "40001", "55P03", codeReadOnly:
 		return true
 	}
 	return false
+}
+
+// isReadOnly reports whether err says that the statement's server takes no writes: a standby,
+// or a primary demoted in place (default_transaction_read_only). None of the package's own
+// statements runs in a read-only transaction, so it is the server, not the statement.
+func isReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == codeReadOnly
+}
+
+// resetIfReadOnly closes every session of pool when err says that the server of one of them
+// takes no writes. Such a session stays on that server, and the pool would hand it out again
+// and again: this way idle sessions close at once and busy ones when they are released, and
+// the next statement connects anew, which with target_session_attrs=read-write in the URL
+// reaches the server that takes writes now. The other sessions may be on the same server.
+func resetIfReadOnly(pool *pgxpool.Pool, err error) {
+	if pool != nil && isReadOnly(err) {
+		pool.Reset()
+	}
 }
 
 // schemaError carries the database's message (which names the job and key) and matches its

@@ -59,8 +59,14 @@ func (c *Client) Enqueue(ctx context.Context, ev Event) (EnqueueResult, error) {
 }
 
 // EnqueueMany enqueues a batch in one transaction: all of it or, on any error, none of it.
+// A batch that meets a session on a server that takes no writes (SQLSTATE 25006: a standby,
+// or a primary demoted in place) is sent once more, on a new session (see Client).
 func (c *Client) EnqueueMany(ctx context.Context, events []Event) ([]EnqueueResult, error) {
-	return c.enqueue(ctx, c.db, events)
+	results, err := c.enqueue(ctx, c.db, events)
+	if isReadOnly(err) && ctx.Err() == nil {
+		results, err = c.enqueue(ctx, c.db, events)
+	}
+	return results, err
 }
 
 // EnqueueTx enqueues one event inside tx, so it commits or rolls back with the caller's own
@@ -71,7 +77,8 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, ev Event) (EnqueueRes
 }
 
 // EnqueueManyTx enqueues a batch inside tx (see EnqueueTx). On error the batch wrote nothing,
-// and tx is aborted: roll it back.
+// and tx is aborted: roll it back. An error with SQLSTATE 25006 means tx's server takes no
+// writes (see Client): try the transaction again on a new session.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]EnqueueResult, error) {
 	return c.enqueue(ctx, tx, events)
 }
@@ -115,6 +122,7 @@ func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]
 	}
 	rows, err := store.JobEnqueueMany(ctx, c.in(db), &b.columns)
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return nil, b.dbError(err)
 	}
 	return b.results(rows), nil

@@ -43,7 +43,9 @@ type TxHandlerFunc func(ctx context.Context, tx pgx.Tx, job *Job) error
 // snapshot, and the attempt would be retried for it.
 var txHandlerOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 
-func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (bool, time.Time, error) {
+func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (_ bool, _ time.Time, err error) {
+	// The handler's writes, too, may meet a session on a server that takes no writes.
+	defer func() { resetIfReadOnly(c.pool, err) }()
 	tx, err := c.pool.BeginTx(ctx, txHandlerOptions)
 	if err != nil {
 		return false, time.Now(), err

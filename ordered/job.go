@@ -91,6 +91,7 @@ func (c *Client) Claim(ctx context.Context, limit int) ([]*Job, error) {
 	sent := time.Now()
 	rows, err := store.JobClaimMany(ctx, c.db, limit, c.cfg.Lease)
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return nil, fmt.Errorf("ordered: claim: %w", err)
 	}
 	return claimedJobs(rows, sent), nil
@@ -146,6 +147,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, job *Job) error {
 func (c *Client) complete(ctx context.Context, db store.DBTX, job *Job) error {
 	done, _, err := store.JobCompleteMany(ctx, c.in(db), []int64{job.ID}, []int64{job.ClaimVersion}, 0, 0)
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return fmt.Errorf("ordered: complete job %d: %w", job.ID, err)
 	}
 	if len(done) == 0 {
@@ -180,6 +182,7 @@ func (c *Client) completeManyClaimNext(ctx context.Context, jobs []*Job, limit i
 		if err == nil {
 			return lostOf(jobs, done), claimedJobs(claimed, sent), nil
 		}
+		resetIfReadOnly(c.pool, err)
 		// The statement rolled back whole: trying it again is safe.
 		if attempt < completeAttempts && isTransient(err) && ctx.Err() == nil {
 			continue
@@ -212,6 +215,7 @@ func (c *Client) batchOutcome(ctx context.Context, jobs []*Job, claimedNext bool
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		done, claimed, err := store.JobBatchOutcome(ctx, c.db, ids, versions, keys, c.cfg.Lease)
+		resetIfReadOnly(c.pool, err)
 		// It locks the keys as a completion does, so it can deadlock as one can with a
 		// transaction that enqueues to several keys out of key order; it rolled back whole.
 		if err != nil && attempt < completeAttempts && isTransient(err) && ctx.Err() == nil {
@@ -258,6 +262,7 @@ func (c *Client) releaseUnrun(ctx context.Context, job *Job, handlerErr error) e
 	}
 	ok, err := store.JobReleaseUnrun(ctx, c.db, job.ID, job.ClaimVersion, text)
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return fmt.Errorf("ordered: release job %d: %w", job.ID, err)
 	}
 	if !ok {
@@ -271,6 +276,7 @@ func (c *Client) releaseUnrun(ctx context.Context, job *Job, handlerErr error) e
 func (c *Client) Renew(ctx context.Context, job *Job) (time.Time, error) {
 	until, ok, err := store.LeaseExtend(ctx, c.db, job.ID, job.ClaimVersion, c.cfg.Lease)
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return time.Time{}, fmt.Errorf("ordered: renew job %d: %w", job.ID, err)
 	}
 	if !ok {
@@ -311,6 +317,7 @@ func (c *Client) retryAfter(ctx context.Context, db store.DBTX, inTx bool, job *
 	}
 	ok, err := store.JobReleaseForRetry(ctx, db, job.ID, job.ClaimVersion, max(delay, 0), errorText(cause))
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return OutcomeNone, fmt.Errorf("ordered: retry job %d: %w", job.ID, err)
 	}
 	if !ok {
@@ -342,6 +349,7 @@ func (c *Client) fail(ctx context.Context, db store.DBTX, inTx bool, job *Job, c
 		ID: job.ID, Version: job.ClaimVersion, Error: errorText(cause), Block: decision == policy.Block,
 	})
 	if err != nil {
+		resetIfReadOnly(c.pool, err)
 		return OutcomeNone, fmt.Errorf("ordered: fail job %d: %w", job.ID, err)
 	}
 	if !ok {

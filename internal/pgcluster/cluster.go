@@ -62,12 +62,38 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	closed bool
+	// standby is set while the cluster is a standby that Promote has not promoted.
+	standby bool
 }
 
 // Start creates a cluster in a new temporary directory and starts its server on a free port
 // of 127.0.0.1. The server trusts every local connection; connect with URL. Close the cluster
 // when done: it stops the server and removes the directory. On error nothing is left behind.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	c, err := newCluster(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+
+	// --locale=C: the caller's locale may not be installed; C always is.
+	if err := c.run(ctx, "initdb", "-D", c.data, "-U", "postgres", "--auth=trust",
+		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		return nil, err
+	}
+	if err := c.startOnFreePort(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster prepares a cluster with opts filled in: its binaries, its owner and its
+// temporary directory (given to the owner). On error nothing is left behind.
+func newCluster(opts Options) (_ *Cluster, err error) {
 	opts.MaxConnections = cmp.Or(opts.MaxConnections, MaxConnectionsDefault)
 	opts.StartTimeout = cmp.Or(opts.StartTimeout, StartTimeoutDefault)
 	opts.RunAs = cmp.Or(opts.RunAs, RunAsDefault)
@@ -87,42 +113,36 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-
 	if c.base, err = os.MkdirTemp("", "pgcluster-"); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	c.data = filepath.Join(c.base, "data")
 	c.logFile = filepath.Join(c.base, "server.log")
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, c.Close())
-		}
-	}()
 	if c.owner != nil {
 		uid, _ := strconv.Atoi(c.owner.Uid)
 		gid, _ := strconv.Atoi(c.owner.Gid)
 		if err := os.Chown(c.base, uid, gid); err != nil {
-			return nil, fmt.Errorf("pgcluster: give %s to user %s: %w", c.base, c.owner.Username, err)
+			return nil, errors.Join(fmt.Errorf("pgcluster: give %s to user %s: %w", c.base, c.owner.Username, err), c.Close())
 		}
 	}
+	return c, nil
+}
 
-	// --locale=C: the caller's locale may not be installed; C always is.
-	if err := c.run(ctx, "initdb", "-D", c.data, "-U", "postgres", "--auth=trust",
-		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
-		return nil, err
-	}
-	// The free port is only free when we look: another process may take it before the server
-	// binds it. Then the start fails and we try another one.
+// startOnFreePort starts the server on a free port. The free port is only free when we look:
+// another process may take it before the server binds it. Then the start fails and we try
+// another one.
+func (c *Cluster) startOnFreePort(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
+		var err error
 		if c.port, err = freePort(); err != nil {
-			return nil, err
+			return err
 		}
 		err = c.pgCtl(ctx, "start", "-l", c.logFile, "-o", c.serverOptions())
 		if err == nil {
-			return c, nil
+			return nil
 		}
 		if attempt == startAttempts || !strings.Contains(c.logTail(), "could not bind") {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -213,8 +233,7 @@ func (c *Cluster) postmasterPID() (int, bool) {
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
-	err = syscall.Kill(pid, 0)
-	return pid, err == nil || errors.Is(err, syscall.EPERM)
+	return pid, alive(pid)
 }
 
 // serverOptions are the postgres options given to pg_ctl -o, which passes them through a

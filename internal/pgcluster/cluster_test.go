@@ -111,3 +111,101 @@ func TestClusterMissingBinaries(t *testing.T) {
 	require.ErrorContains(t, err, "initdb")
 	require.ErrorContains(t, err, empty)
 }
+
+// A synchronous standby has every commit the primary acknowledged; killed, the primary is
+// gone at once; promoted, the standby takes writes on its own port, where a multi-host URL
+// finds it. Closing both leaves nothing behind.
+func TestStandbySynchronousPromoteAfterKill(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, err := pgcluster.Start(ctx, pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Close() })
+	standby, err := primary.StartStandby(ctx, pgcluster.StandbyOptions{Synchronous: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Close() })
+	require.NotEqual(t, primary.Port(), standby.Port())
+	require.Error(t, primary.Promote(ctx), "a primary is promoted")
+
+	conn, err := pgx.Connect(ctx, primary.URL())
+	require.NoError(t, err)
+	var syncState string
+	require.NoError(t, conn.QueryRow(ctx,
+		`SELECT sync_state FROM pg_stat_replication WHERE application_name = $1`,
+		pgcluster.StandbyNameDefault).Scan(&syncState))
+	require.Equal(t, "sync", syncState)
+	_, err = conn.Exec(ctx, `CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)`)
+	require.NoError(t, err)
+
+	// The standby answers reads and refuses writes; the multi-host URL skips it.
+	sconn, err := pgx.Connect(ctx, standby.URL())
+	require.NoError(t, err)
+	var v int
+	require.NoError(t, sconn.QueryRow(ctx, `SELECT v FROM kept`).Scan(&v), "the acknowledged commit is not on the standby")
+	require.Equal(t, 42, v)
+	_, err = sconn.Exec(ctx, `INSERT INTO kept VALUES (1)`)
+	require.ErrorContains(t, err, "25006")
+	require.NoError(t, sconn.Close(ctx))
+	both := pgcluster.MultiHostURL(standby, primary)
+	require.Contains(t, both, "target_session_attrs=read-write")
+	require.Equal(t, primary.Port(), serverPort(ctx, t, both))
+
+	require.NoError(t, primary.Kill())
+	require.Error(t, conn.Ping(ctx), "a session of the killed server still answers")
+	_, err = pgx.Connect(ctx, primary.URL())
+	require.Error(t, err, "the killed server still accepts connections")
+	require.NoError(t, standby.Promote(ctx))
+	require.Equal(t, standby.Port(), serverPort(ctx, t, both))
+	sconn, err = pgx.Connect(ctx, standby.URL())
+	require.NoError(t, err)
+	defer sconn.Close(ctx)
+	_, err = sconn.Exec(ctx, `INSERT INTO kept VALUES (43)`)
+	require.NoError(t, err, "the promoted standby refuses writes")
+	require.Error(t, standby.Promote(ctx), "a promoted standby is promoted again")
+
+	dirs := []string{primary.Dir(), standby.Dir()}
+	require.NoError(t, primary.Close())
+	require.NoError(t, standby.Close())
+	for _, dir := range dirs {
+		_, err = os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "Close left %s behind", dir)
+	}
+}
+
+// An asynchronous standby streams without the primary waiting for it.
+func TestStandbyAsynchronous(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, err := pgcluster.Start(ctx, pgcluster.Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, primary.Close()) }()
+	standby, err := primary.StartStandby(ctx, pgcluster.StandbyOptions{Name: "replica_1"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, standby.Close()) }()
+
+	conn, err := pgx.Connect(ctx, primary.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var syncState, names string
+	require.NoError(t, conn.QueryRow(ctx,
+		`SELECT sync_state FROM pg_stat_replication WHERE application_name = 'replica_1'`).Scan(&syncState))
+	require.Equal(t, "async", syncState)
+	require.NoError(t, conn.QueryRow(ctx, `SHOW synchronous_standby_names`).Scan(&names))
+	require.Empty(t, names)
+
+	_, err = primary.StartStandby(ctx, pgcluster.StandbyOptions{Name: "Bad-Name"})
+	require.ErrorContains(t, err, `"Bad-Name"`)
+}
+
+// serverPort connects to url and returns the port of the server it reached.
+func serverPort(ctx context.Context, t *testing.T, url string) int {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var port int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('port')::int`).Scan(&port))
+	return port
+}

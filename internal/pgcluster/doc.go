@@ -11,6 +11,11 @@
 // initdb and postgres refuse to run as root. When the calling process is root, the cluster is
 // created and run as the unprivileged user "postgres" (through runuser), which must exist.
 //
+// A running cluster can make a streaming-replication standby of itself (StartStandby:
+// pg_basebackup -R, synchronous or asynchronous), which Promote turns into a primary; Kill
+// crashes a server (SIGKILL to its postmaster and the postmaster's process group), and
+// MultiHostURL lists servers for a client that must follow a failover.
+//
 // The server is tuned for tests, not for keeping data: fsync is off, and Stop is an immediate
 // shutdown. It runs in a session of its own (pg_ctl detaches it), so it outlives a process
 // that exits without calling Close: always Close a Cluster.
