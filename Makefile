@@ -2,6 +2,8 @@
 # else the server on 127.0.0.1:5432, else a private throwaway cluster.
 GO ?= go
 WITH_PG := scripts/with-postgres
+STATICCHECK_VERSION := v0.8.2
+ERRORLINT_VERSION := v1.9.1
 
 .DEFAULT_GOAL := help
 
@@ -34,6 +36,8 @@ verify: ## The full chaos run (4 runs of 200 keys x 25 events through injected f
 	$(GO) run ./cmd/ordered verify
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: ## gofmt, go vet, staticcheck and errorlint (the linters come pinned through the Go module proxy).
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo 'gofmt: the files above need formatting' && exit 1)
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run codeberg.org/polyfloyd/go-errorlint@$(ERRORLINT_VERSION) ./...

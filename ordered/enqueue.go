@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -155,17 +156,23 @@ func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 // duplicate or an invalid event by its index in the batch rather than in what was sent.
 func (b *encodedBatch) dbError(err error) error {
 	err = mapDBError(err)
-	switch e := err.(type) {
-	case *DuplicateConflictError:
-		if e.Index >= 0 && e.Index < len(b.unique) {
-			e.Index = b.unique[e.Index]
-		}
-	case *InvalidEventError:
-		if e.Index >= 0 && e.Index < len(b.unique) {
-			e.Index = b.unique[e.Index]
-		}
+	var dup *DuplicateConflictError
+	var invalid *InvalidEventError
+	switch {
+	case errors.As(err, &dup):
+		dup.Index = b.batchIndex(dup.Index)
+	case errors.As(err, &invalid):
+		invalid.Index = b.batchIndex(invalid.Index)
 	}
 	return err
+}
+
+// batchIndex maps an index into what was sent to the batch's; one out of range stays.
+func (b *encodedBatch) batchIndex(sent int) int {
+	if sent >= 0 && sent < len(b.unique) {
+		return b.unique[sent]
+	}
+	return sent
 }
 
 // wireEvent is an event as ordered_enqueue reads it from JSON.

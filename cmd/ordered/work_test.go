@@ -122,12 +122,6 @@ func (p *cliProc) waitPID(t *testing.T, name string) int {
 	return pid
 }
 
-// requireGone waits until pid has terminated.
-func requireGone(t *testing.T, pid int, within time.Duration, msg string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return processGone(pid) }, within, 10*time.Millisecond, msg)
-}
-
 func enqueueCLI(t *testing.T, q *orderedtest.Queue, jsonl string) {
 	t.Helper()
 	r := runCLI(t, q.URL, jsonl, "enqueue")

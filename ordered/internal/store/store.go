@@ -7,6 +7,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -276,7 +277,7 @@ func JobFailIfClaimed(ctx context.Context, db DBTX, p JobFailParams) (bool, erro
 func JobReleaseUnrun(ctx context.Context, db DBTX, id, version int64, handlerErr *string) (bool, error) {
 	var got int64
 	err := db.QueryRow(ctx, jobReleaseUnrunSQL, id, version, handlerErr).Scan(&got)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	return err == nil, err
@@ -285,7 +286,7 @@ func JobReleaseUnrun(ctx context.Context, db DBTX, id, version int64, handlerErr
 // LeaseExtend renews the claim's lease; ok is false if the claim was lost.
 func LeaseExtend(ctx context.Context, db DBTX, id, version int64, lease time.Duration) (until time.Time, ok bool, err error) {
 	err = db.QueryRow(ctx, jobLeaseExtendSQL, id, version, lease).Scan(&until)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
 	return until, err == nil, err
@@ -295,7 +296,7 @@ func LeaseExtend(ctx context.Context, db DBTX, id, version int64, lease time.Dur
 func JobReleaseForRetry(ctx context.Context, db DBTX, id, version int64, delay time.Duration, errText string) (bool, error) {
 	var got int64
 	err := db.QueryRow(ctx, jobReleaseForRetrySQL, id, version, delay, errText).Scan(&got)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	return err == nil, err

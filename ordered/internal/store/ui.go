@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,7 +86,7 @@ type KeyRow struct {
 // KeyGet returns key's row; found is false when the key was never enqueued.
 func KeyGet(ctx context.Context, db DBTX, key string) (k KeyRow, found bool, err error) {
 	err = db.QueryRow(ctx, keyGetSQL, key).Scan(&k.Key, &k.SeqMax, &k.ArchivedSeq, &k.CreatedAt)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return KeyRow{}, false, nil
 	}
 	return k, err == nil, err

@@ -45,7 +45,7 @@ func execHandler(c execConfig, a *app) ordered.HandlerFunc {
 			Stdout: a.stdout,
 			Stderr: a.stderr,
 		})
-		if cause := context.Cause(ctx); cause != nil && err == cause {
+		if cause := context.Cause(ctx); cause != nil && errors.Is(err, cause) {
 			return err
 		}
 		var exit *exec.ExitError
