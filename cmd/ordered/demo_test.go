@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -81,4 +85,55 @@ func withoutEnv(env []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// demo --ui keeps the demo's queue after the report and serves the dashboard over it until
+// interrupted; then it drops the queue and exits cleanly.
+func TestDemoUIServesTheDemosQueue(t *testing.T) {
+	t.Parallel()
+	bin := scenarioBin(t)
+	outFile := filepath.Join(t.TempDir(), "demo.out")
+	f, err := os.Create(outFile)
+	require.NoError(t, err)
+	defer f.Close()
+	output := func() string { b, _ := os.ReadFile(outFile); return string(b) }
+	demo := exec.Command(bin, "demo", "--short", "--ui", "--ui-addr", "127.0.0.1:0",
+		"--database-url", orderedtest.DatabaseURL())
+	demo.Stdout, demo.Stderr = f, f
+	require.NoError(t, demo.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- demo.Wait() }()
+	t.Cleanup(func() {
+		_ = demo.Process.Kill()
+		<-exited
+	})
+
+	serving := regexp.MustCompile(`serving on (http://\S+)`)
+	var url string
+	for url == "" {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the demo exited (%v) without serving the dashboard:\n%s", err, output())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if m := serving.FindStringSubmatch(output()); m != nil {
+			url = m[1]
+		}
+	}
+	require.Contains(t, output(), "result          clean")
+
+	res, err := http.Get(url + "blocked")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	// The short stream's poison customer, blocked under the default policy.
+	require.Contains(t, string(body), "cust-0013", "the blocked keys page does not show the demo's blocked key")
+
+	require.NoError(t, demo.Process.Signal(os.Interrupt))
+	err = <-exited
+	exited <- err
+	require.NoError(t, err, output())
 }

@@ -29,6 +29,7 @@ func (a *app) demoCmd() *cobra.Command {
 		short      bool
 		eventsFile string
 		ui         bool
+		uiAddr     string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -51,7 +52,7 @@ func (a *app) demoCmd() *cobra.Command {
 			o.DatabaseURL = a.url()
 			if ui {
 				o.Serve = func(ctx context.Context, client *ordered.Client) error {
-					return orderedui.Serve(ctx, client, &orderedui.ServeConfig{Out: a.stdout})
+					return orderedui.Serve(ctx, client, &orderedui.ServeConfig{Addr: uiAddr, Out: a.stdout})
 				}
 			}
 			return demo.Run(cmd.Context(), o, a.stdout)
@@ -64,6 +65,7 @@ func (a *app) demoCmd() *cobra.Command {
 	f.BoolVar(&o.Keep, "keep", false, "keep the demo's schema instead of dropping it")
 	f.StringVar(&eventsFile, "events", "", "enqueue this JSON Lines file instead of the embedded stream")
 	f.BoolVar(&ui, "ui", false, "after the report, serve the dashboard over the demo's queue until interrupted")
+	f.StringVar(&uiAddr, "ui-addr", orderedui.AddrDefault, "the dashboard's address, with --ui")
 	return cmd
 }
 
