@@ -10,3 +10,5 @@ BEGIN
         p_version, p_id USING ERRCODE = 'ORD06';
 END
 $$;
+COMMENT ON FUNCTION ordered_claim_lost(bigint, bigint) IS
+'Internal to ordered: aborts the caller''s transaction with ORD06 when a fenced write of RetryTx or FailTx finds its claim lost. Called by the Go library; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';
