@@ -361,12 +361,15 @@ func JobFailedList(ctx context.Context, db DBTX, key *string, limit int) ([]Fail
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailedJob, error) {
-		var j FailedJob
-		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Status, &j.Attempts,
-			&j.MaxAttempts, &j.LastError, &j.CreatedAt, &j.FinishedAt)
-		return j, err
-	})
+	return pgx.CollectRows(rows, scanFailedJob)
+}
+
+// scanFailedJob reads a row of the failed-job queries, which share their columns.
+func scanFailedJob(r pgx.CollectableRow) (FailedJob, error) {
+	var j FailedJob
+	err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Status, &j.Attempts,
+		&j.MaxAttempts, &j.LastError, &j.CreatedAt, &j.FinishedAt)
+	return j, err
 }
 
 // BlockedKey is a row returned by KeyBlockedList.

@@ -119,12 +119,7 @@ func JobFailedPage(ctx context.Context, db DBTX, p FailedPageParams) ([]FailedJo
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (FailedJob, error) {
-		var j FailedJob
-		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Status, &j.Attempts,
-			&j.MaxAttempts, &j.LastError, &j.CreatedAt, &j.FinishedAt)
-		return j, err
-	})
+	return pgx.CollectRows(rows, scanFailedJob)
 }
 
 // BlockedKeyRow is a row returned by KeyBlockedPage.
