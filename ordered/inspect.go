@@ -47,10 +47,12 @@ type JobRecord struct {
 	// LastError is the error of the job's last failed attempt: the queue keeps no earlier ones.
 	LastError string
 	// LeaseUntil is when a running job's lease ends, and LeaseLeft how long that is from now
-	// by the database's clock (negative: expired); both zero unless running. The queue does
-	// not record which worker holds a lease.
+	// by the database's clock (negative: expired); both zero unless running.
 	LeaseUntil time.Time
 	LeaseLeft  time.Duration
+	// ClaimedBy names the worker that claimed the job last (WorkerConfig.Name, the claiming
+	// session's application_name): for a running job, the one that holds it.
+	ClaimedBy string
 	// AvailableAt is when the job may run (next retry time after a failed attempt).
 	AvailableAt time.Time
 	// RunAt is the time the event asked to run at; zero when it asked for none.
@@ -69,6 +71,7 @@ func jobRecordOf(r store.JobRow) JobRecord {
 		ClaimVersion: r.ClaimVersion, LastError: deref(r.LastError), AvailableAt: r.AvailableAt,
 		CreatedAt: r.CreatedAt, RunAt: derefTime(r.RunAt), AttemptedAt: derefTime(r.AttemptedAt),
 		FinishedAt: derefTime(r.FinishedAt), LeaseUntil: derefTime(r.LeaseUntil),
+		ClaimedBy: deref(r.ClaimedBy),
 	}
 	if r.LeaseLeftSeconds != nil {
 		j.LeaseLeft = seconds(*r.LeaseLeftSeconds)
@@ -310,11 +313,12 @@ type RunningJob struct {
 	// LeaseLeft is how long the lease has left by the database's clock; negative: expired
 	// (the worker crashed or stalled, and the job will be taken back).
 	LeaseLeft time.Duration
+	// ClaimedBy names the worker that holds it (WorkerConfig.Name).
+	ClaimedBy string
 }
 
 // RunningJobs lists up to limit running jobs (default 100, at most InspectLimitMax), the
-// soonest lease to end first, so expired leases come first. The queue does not record which
-// worker holds a lease.
+// soonest lease to end first, so expired leases come first.
 func (c *Client) RunningJobs(ctx context.Context, limit int) ([]RunningJob, error) {
 	rows, err := store.JobRunningList(ctx, c.db, min(cmpOr(limit, 100), InspectLimitMax))
 	if err != nil {
@@ -324,7 +328,32 @@ func (c *Client) RunningJobs(ctx context.Context, limit int) ([]RunningJob, erro
 	for i, r := range rows {
 		out[i] = RunningJob{ID: r.ID, Key: r.Key, Seq: r.Seq, Kind: r.Kind, Attempts: r.Attempts,
 			MaxAttempts: r.MaxAttempts, ClaimVersion: r.ClaimVersion, StartedAt: derefTime(r.AttemptedAt),
-			LeaseUntil: r.LeaseUntil, LeaseLeft: seconds(r.LeaseLeftSeconds)}
+			LeaseUntil: r.LeaseUntil, LeaseLeft: seconds(r.LeaseLeftSeconds), ClaimedBy: deref(r.ClaimedBy)}
+	}
+	return out, nil
+}
+
+// WorkerClaims is a worker that holds running jobs, by the name its claims recorded.
+type WorkerClaims struct {
+	// Name is the worker's WorkerConfig.Name; empty for claims made without one.
+	Name string
+	// Running is how many jobs it holds, Expired how many of those leases ran out (a worker
+	// that crashed or stalled).
+	Running, Expired int
+	// LastClaimedAt is when it claimed the newest of them.
+	LastClaimedAt time.Time
+}
+
+// Workers lists up to limit workers (default 100, at most InspectLimitMax) that hold running
+// jobs now, by name.
+func (c *Client) Workers(ctx context.Context, limit int) ([]WorkerClaims, error) {
+	rows, err := store.JobWorkers(ctx, c.db, min(cmpOr(limit, 100), InspectLimitMax))
+	if err != nil {
+		return nil, fmt.Errorf("ordered: list workers: %w", err)
+	}
+	out := make([]WorkerClaims, len(rows))
+	for i, r := range rows {
+		out[i] = WorkerClaims{Name: r.Name, Running: r.Running, Expired: r.Expired, LastClaimedAt: derefTime(r.LastClaimedAt)}
 	}
 	return out, nil
 }

@@ -1,7 +1,10 @@
 package ordered_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -78,4 +81,58 @@ func TestDoneByMinuteCountsDoneJobs(t *testing.T) {
 		require.Equal(t, c.Minute, c.Minute.Truncate(time.Minute))
 	}
 	require.Equal(t, int64(3), total)
+}
+
+// A worker's claims record its name: RunningJobs, Workers and Job name the worker that holds
+// a job, and a finished job keeps the name of its last claimer. Without a Name, a worker on a
+// pool with an application_name goes by that, and on one without by "ordered HOST:PID".
+func TestClaimsRecordTheWorkerThatHoldsThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for _, tc := range []struct {
+		name, key, app, want string
+	}{
+		{"billing-worker-1", "named", "some-service", "billing-worker-1"},
+		{"", "by-pool", "some-service", "some-service"},
+		{"", "by-host", "", fmt.Sprintf("ordered %s:%d", hostname(t), os.Getpid())},
+	} {
+		pool := newAppPool(t, b.ctx, b.queue.URL, tc.app, 4)
+		c, err := ordered.NewClient(pool, nil)
+		require.NoError(t, err)
+		id := b.enqueue(t, tc.key, 0)[0]
+		started, release := make(chan struct{}), make(chan struct{})
+		w := startWorker(t, b, c, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+			close(started)
+			<-release
+			return nil
+		}), &ordered.WorkerConfig{Name: tc.name, PollInterval: 20 * time.Millisecond})
+		<-started
+
+		run, err := b.client.RunningJobs(b.ctx, 10)
+		require.NoError(t, err)
+		require.Len(t, run, 1)
+		require.Equal(t, tc.want, run[0].ClaimedBy)
+		workers, err := b.client.Workers(b.ctx, 10)
+		require.NoError(t, err)
+		require.Len(t, workers, 1)
+		require.Equal(t, ordered.WorkerClaims{Name: tc.want, Running: 1, LastClaimedAt: workers[0].LastClaimedAt}, workers[0])
+		require.False(t, workers[0].LastClaimedAt.IsZero())
+
+		close(release)
+		waitFor(t, 30*time.Second, "the job done", func() bool { return b.jobStatus(t, id) == "done" })
+		j, err := b.client.Job(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, j.ClaimedBy, "a finished job keeps its last claimer")
+		workers, err = b.client.Workers(b.ctx, 10)
+		require.NoError(t, err)
+		require.Empty(t, workers, "a worker that holds nothing is not listed")
+		require.NoError(t, w.Stop(b.ctx)) // the next case's job is for the next worker
+	}
+}
+
+func hostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	require.NoError(t, err)
+	return h
 }

@@ -881,11 +881,12 @@ func TestListenerReconnectsPromptlyAfterRepeatedTerminations(t *testing.T) {
 		}
 		return listener != 0
 	})
+	reconnecting := regexp.MustCompile(`notification listener disconnected; reconnecting.* wait=(\S+)`)
 	for drop := 1; drop <= 8; drop++ {
+		logged := len(logs.String())
 		var terminated bool
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT pg_terminate_backend($1)`, listener).Scan(&terminated))
 		require.True(t, terminated)
-		dropped := time.Now()
 		old := listener
 		waitFor(t, 10*time.Second, "the listener back", func() bool {
 			for _, pid := range listenerPIDs(t, b.ctx, b.pool, app) {
@@ -896,15 +897,13 @@ func TestListenerReconnectsPromptlyAfterRepeatedTerminations(t *testing.T) {
 			}
 			return false
 		})
-		t.Logf("drop %d: listening again after %v", drop, time.Since(dropped).Round(time.Millisecond))
-	}
-	waits := regexp.MustCompile(`notification listener disconnected; reconnecting.* wait=(\S+)`).
-		FindAllStringSubmatch(logs.String(), -1)
-	require.Len(t, waits, 8, "one reconnection a drop")
-	for i, m := range waits {
+		// The first wait after this drop; a reconnection that failed on a busy machine may
+		// wait longer after it, as it should.
+		m := reconnecting.FindStringSubmatch(logs.String()[logged:])
+		require.NotNil(t, m, "drop %d: no reconnection logged", drop)
 		wait, err := time.ParseDuration(m[1])
 		require.NoError(t, err)
-		require.LessOrEqual(t, wait, 50*time.Millisecond, "drop %d: the listener waited %v, as if earlier drops were failures", i+1, wait)
+		require.LessOrEqual(t, wait, 50*time.Millisecond, "drop %d: the listener first waited %v, as if earlier drops were failures", drop, wait)
 	}
 }
 

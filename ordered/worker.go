@@ -1,6 +1,7 @@
 package ordered
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -236,6 +237,9 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 func (w *Worker) openPool(ctx context.Context) (*Client, error) {
 	cfg := w.client.pool.Config() // a copy
 	cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns = WorkerPoolConns, 0, 0
+	// Claims record it as the job's claimed_by.
+	cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(w.cfg.Name,
+		cfg.ConnConfig.RuntimeParams["application_name"], defaultWorkerName())
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ordered: open the worker's pool: %w", err)

@@ -3,6 +3,7 @@ package ordered
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +83,11 @@ type WorkerConfig struct {
 	// {"queue": "billing"}. Workers on one Registerer with the same labels share their metrics;
 	// the workers of two queues (two schemas) need labels of their own, with the same names.
 	MetricsLabels prometheus.Labels
+
+	// Name identifies this worker: the application_name of the sessions that claim, so
+	// pg_stat_activity shows it, and the claimed_by of every job it claims, so the dashboard
+	// shows who holds a job. Default: the pool's application_name, else "ordered HOST:PID".
+	Name string
 }
 
 // Worker runs a Handler over the queue's jobs: it claims what it can start now, renews the
@@ -121,4 +127,13 @@ func (c *WorkerConfig) validate(lease time.Duration) error {
 		return fmt.Errorf("ordered: WorkerConfig.MaintenanceInterval %v must be positive", c.MaintenanceInterval)
 	}
 	return nil
+}
+
+// defaultWorkerName is "ordered HOST:PID".
+func defaultWorkerName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("ordered %s:%d", host, os.Getpid())
 }

@@ -207,7 +207,7 @@ func TestWorkExecEnvironment(t *testing.T) {
 		`env > "$ORDERED_TEST_DIR/env-$ORDERED_KEY-$ORDERED_ATTEMPT"; [ "$ORDERED_KEY$ORDERED_ATTEMPT" != a1 ]`)
 	require.Eventually(t, func() bool {
 		return jobStatesAre(q.Pool, "a/1 done attempts=2", "b/1 done attempts=1")
-	}, 30*time.Second, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	}, 2*time.Minute, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
 
 	env := func(name string) map[string]string {
 		vars := map[string]string{}
@@ -289,7 +289,7 @@ func TestWorkSIGKILLKeepsKeyOrder(t *testing.T) {
 	procs := r.waitTree(t, a, "1-1")
 	b := startCLIWorker(t, q, args...)
 	require.Eventually(t, func() bool { return strings.Contains(b.stderr(), "worker started") },
-		10*time.Second, 10*time.Millisecond, "worker B stderr:\n%s", b.stderr())
+		time.Minute, 10*time.Millisecond, "worker B stderr:\n%s", b.stderr())
 
 	a.signal(t, syscall.SIGKILL)
 	require.Equal(t, -1, a.wait(t, 5*time.Second), "killed by a signal")

@@ -113,7 +113,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 			require.Equal(t, keys*seqs+2, jobCount(t, q.Pool))
 
 			w := startCLIWorker(t, &orderedtest.Queue{URL: url}, "--pooler", string(mode),
-				"--workers", "4", "--lease", "3s", "--policy", "block", "--exec", poolerScript)
+				"--workers", "4", "--lease", "10s", "--policy", "block", "--exec", poolerScript)
 			count := func(where string) int {
 				var n int
 				require.NoError(t, q.Pool.QueryRow(context.Background(),
@@ -121,7 +121,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 				return n
 			}
 			require.Eventually(t, func() bool { return count("status = 'done'") >= keys*seqs/3 },
-				time.Minute, 10*time.Millisecond, "a third done; worker stderr:\n%s", w.stderr())
+				3*time.Minute, 10*time.Millisecond, "a third done; worker stderr:\n%s", w.stderr())
 			bouncer.Restart()
 			t.Cleanup(func() {
 				if t.Failed() {
@@ -131,7 +131,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return count("status = 'done'") == keys*seqs && count("key = 'bad' AND seq = 1 AND status = 'blocked'") == 1
 			},
-				time.Minute, 10*time.Millisecond, "drained")
+				3*time.Minute, 10*time.Millisecond, "drained")
 
 			var status cli.StatusJSON
 			require.NoError(t, json.Unmarshal([]byte(ordered("", "status", "--json").stdout), &status))
@@ -148,10 +148,10 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 			ordered("", "replay", id) // it runs, its attempts counted anew, and fails again
 			require.Eventually(t, func() bool {
 				return strings.Count(w.file("runs.log"), "bad 1 ") == 2 && count("key = 'bad' AND seq = 1 AND status = 'blocked'") == 1
-			}, time.Minute, 10*time.Millisecond, "replayed; worker stderr:\n%s", w.stderr())
+			}, 3*time.Minute, 10*time.Millisecond, "replayed; worker stderr:\n%s", w.stderr())
 			ordered("", "skip", id) // bad/2 runs
 			require.Eventually(t, func() bool { return count("status = 'done'") == keys*seqs+1 },
-				time.Minute, 10*time.Millisecond, "skipped; worker stderr:\n%s", w.stderr())
+				3*time.Minute, 10*time.Millisecond, "skipped; worker stderr:\n%s", w.stderr())
 			require.Zero(t, count("status IN ('running', 'queued')"), "none left running or queued")
 
 			checkRunLog(t, w.file("runs.log"), keys, seqs)

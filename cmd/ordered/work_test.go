@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -420,4 +421,27 @@ func TestWorkMetricsAddr(t *testing.T) {
 
 	w.signal(t, syscall.SIGTERM)
 	require.Zero(t, w.wait(t, 10*time.Second), w.stderr())
+}
+
+// work --name names the worker in the jobs it claims (what ordered ui shows as the holder);
+// without it, the name is "ordered work HOST:PID".
+func TestWorkNameIsRecordedWithItsClaims(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want *regexp.Regexp
+	}{
+		{[]string{"--name", "billing-1"}, regexp.MustCompile(`^billing-1$`)},
+		{nil, regexp.MustCompile(`^ordered work .+:[0-9]+$`)},
+	} {
+		q := orderedtest.New(t)
+		enqueueCLI(t, q, `{"key":"a","seq":1}`+"\n")
+		w := startCLIWorker(t, q, append(tc.args, "--exec", "true")...)
+		require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "a/1 done attempts=1") },
+			2*time.Minute, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
+		var name string
+		require.NoError(t, q.Pool.QueryRow(context.Background(),
+			`SELECT claimed_by FROM ordered_jobs WHERE key = 'a'`).Scan(&name))
+		require.Regexp(t, tc.want, name)
+	}
 }

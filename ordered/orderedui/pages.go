@@ -23,6 +23,7 @@ type overviewData struct {
 	Oldest    chart
 	Blocked   ordered.BlockedKeysPage
 	Running   []ordered.RunningJob
+	Workers   []ordered.WorkerClaims
 	Expired   int
 }
 
@@ -48,8 +49,13 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	workers, err := h.client.Workers(ctx, overviewShown)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	now := time.Now()
-	d := overviewData{Stats: stats, CountedAt: stats.CountedAt, Blocked: blocked, Running: running,
+	d := overviewData{Stats: stats, CountedAt: stats.CountedAt, Blocked: blocked, Running: running, Workers: workers,
 		Done: doneChart(done, now), Oldest: ageChart(h.samples.list(), now, h.cfg.SampleInterval)}
 	for _, j := range running {
 		if j.LeaseLeft <= 0 {

@@ -10,7 +10,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -347,4 +349,36 @@ func TestKeyTimelineShowsGapsInOrder(t *testing.T) {
 
 	_, err = b.client.Job(ctxOf(t), 123456789)
 	require.True(t, errors.Is(err, ordered.ErrJobNotFound), "%v", err)
+}
+
+// The overview names the worker that holds each running job, and lists the workers holding
+// jobs; the job and timeline pages name the holder too. The name is what the claiming
+// session's application_name said, escaped like every other value.
+func TestPagesNameTheWorkerHoldingAJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, policy.Block, nil, orderedui.Auth{})
+	cfg, err := pgxpool.ParseConfig(b.q.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "<b>billing</b> worker"
+	pool, err := pgxpool.NewWithConfig(ctxOf(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	worker, err := ordered.NewClient(pool, &ordered.Config{Lease: 30 * time.Second})
+	require.NoError(t, err)
+	id := enqueue(t, b.client, "cust-9", 0)[0]
+	jobs, err := worker.Claim(ctxOf(t), 1)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+
+	const shown = "&lt;b&gt;billing&lt;/b&gt; worker"
+	code, body := b.get(t, "/")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<td class="worker">`+shown+`</td><td>1</td>`, "the workers table")
+	require.NotContains(t, body, "<b>billing</b>")
+	code, body = b.get(t, fmt.Sprintf("/jobs/%d", id))
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "held by "+shown)
+	code, body = b.get(t, "/keys?key=cust-9")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "by "+shown)
 }

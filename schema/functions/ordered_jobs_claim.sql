@@ -62,6 +62,7 @@ BEGIN
         SET status = 'running',
             attempts = j.attempts + 1,
             claim_version = j.claim_version + 1,
+            claimed_by = nullif(current_setting('application_name'), ''),
             lease_until = statement_timestamp() + p_lease,
             attempted_at = statement_timestamp()
         WHERE j.id = ANY (ARRAY(SELECT r.id FROM recovered AS r

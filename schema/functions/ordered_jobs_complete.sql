@@ -101,6 +101,7 @@ BEGIN
                 status = 'running',
                 attempts = j.attempts + 1,
                 claim_version = j.claim_version + 1,
+                claimed_by = nullif(current_setting('application_name'), ''),
                 lease_until = clock_timestamp() + p_lease,
                 attempted_at = clock_timestamp()
             WHERE j.id = ANY (v_claim) AND NOT j.head

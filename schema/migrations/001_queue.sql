@@ -45,6 +45,7 @@ CREATE TABLE ordered_jobs (
     lease_until   timestamptz,
     -- incremented by every claim; fences completion, renewal, release and failure
     claim_version bigint      NOT NULL DEFAULT 0,
+    claimed_by    text,       -- the application_name of the session that claimed it last (a worker's WorkerConfig.Name)
     attempts      integer     NOT NULL DEFAULT 0,
     max_attempts  integer     NOT NULL CHECK (max_attempts > 0),
     last_error    text,

@@ -19,6 +19,7 @@ var (
 	jobFailedPageSQL   = query("job_failed_page.sql")
 	keyBlockedPageSQL  = query("key_blocked_page.sql")
 	jobRunningListSQL  = query("job_running_list.sql")
+	jobWorkersSQL      = query("job_workers.sql")
 	jobDoneByMinuteSQL = query("job_done_by_minute.sql")
 )
 
@@ -43,13 +44,14 @@ type JobRow struct {
 	CreatedAt        time.Time
 	AttemptedAt      *time.Time
 	FinishedAt       *time.Time
+	ClaimedBy        *string
 }
 
 func scanJobRow(r pgx.CollectableRow) (JobRow, error) {
 	var j JobRow
 	err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Payload, &j.Status, &j.Head, &j.Attempts,
 		&j.MaxAttempts, &j.ClaimVersion, &j.LastError, &j.LeaseUntil, &j.LeaseLeftSeconds,
-		&j.AvailableAt, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.FinishedAt)
+		&j.AvailableAt, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.FinishedAt, &j.ClaimedBy)
 	return j, err
 }
 
@@ -164,6 +166,7 @@ type RunningJobRow struct {
 	AttemptedAt      *time.Time
 	LeaseUntil       time.Time
 	LeaseLeftSeconds float64
+	ClaimedBy        *string
 }
 
 // JobRunningList lists up to limit running jobs, the soonest lease to end first.
@@ -175,7 +178,7 @@ func JobRunningList(ctx context.Context, db DBTX, limit int) ([]RunningJobRow, e
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunningJobRow, error) {
 		var j RunningJobRow
 		err := r.Scan(&j.ID, &j.Key, &j.Seq, &j.Kind, &j.Attempts, &j.MaxAttempts, &j.ClaimVersion,
-			&j.AttemptedAt, &j.LeaseUntil, &j.LeaseLeftSeconds)
+			&j.AttemptedAt, &j.LeaseUntil, &j.LeaseLeftSeconds, &j.ClaimedBy)
 		return j, err
 	})
 }
@@ -197,5 +200,26 @@ func JobDoneByMinute(ctx context.Context, db DBTX, window time.Duration) ([]Minu
 		var m MinuteCount
 		err := r.Scan(&m.Minute, &m.Count)
 		return m, err
+	})
+}
+
+// WorkerRow is a row returned by JobWorkers.
+type WorkerRow struct {
+	Name          string
+	Running       int
+	Expired       int
+	LastClaimedAt *time.Time
+}
+
+// JobWorkers lists the workers that hold running jobs, by name.
+func JobWorkers(ctx context.Context, db DBTX, limit int) ([]WorkerRow, error) {
+	rows, err := db.Query(ctx, jobWorkersSQL, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerRow, error) {
+		var w WorkerRow
+		err := r.Scan(&w.Name, &w.Running, &w.Expired, &w.LastClaimedAt)
+		return w, err
 	})
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,7 @@ type workFlags struct {
 	metricsAddr string
 	killGrace   time.Duration
 	databaseEnv bool
+	name        string
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -76,6 +78,7 @@ func (a *app) workCmd() *cobra.Command {
 	f.BoolVar(&w.pollOnly, "poll-only", false, "do not LISTEN; poll every --poll (implied by --pooler transaction)")
 	f.StringVar(&w.metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.DurationVar(&w.killGrace, "kill-grace", 0, "how long COMMAND's processes get between SIGTERM and SIGKILL (at most --lease/2; default 5s or --lease/6, whichever is shorter)")
+	f.StringVar(&w.name, "name", "", "this worker's name, recorded with each job it claims and shown by ordered ui (default: ordered work HOST:PID)")
 	f.BoolVar(&w.databaseEnv, "exec-database-env", false, "give COMMAND the worker's DATABASE_URL (--database-url when set) and PG* variables")
 	return cmd
 }
@@ -101,7 +104,7 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 		client: ordered.Config{Lease: w.lease, Policy: policy.Always(decision), Logger: logger},
 		worker: ordered.WorkerConfig{
 			Workers: w.workers, PollInterval: w.poll, PollOnly: w.pollOnly, Registerer: reg, MaxAttempts: w.maxAttempts,
-			StopGrace: w.killGrace,
+			StopGrace: w.killGrace, Name: cmp.Or(w.name, defaultWorkerName()),
 		},
 		handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
 		started: func(r workerRun) (func(), error) {
@@ -138,4 +141,13 @@ func validateWorkFlags(command string, workers int, lease time.Duration, maxAtte
 		return fmt.Errorf("--kill-grace %v is too long for --lease %v: it must be at most half of it", killGrace, lease)
 	}
 	return nil
+}
+
+// defaultWorkerName is "ordered work HOST:PID".
+func defaultWorkerName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("ordered work %s:%d", host, os.Getpid())
 }

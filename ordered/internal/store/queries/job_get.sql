@@ -3,6 +3,6 @@
 SELECT id, key, seq, kind, payload, status, head, attempts, max_attempts, claim_version,
        last_error, lease_until,
        extract(epoch FROM lease_until - statement_timestamp())::float8,
-       available_at, run_at, created_at, attempted_at, finished_at
+       available_at, run_at, created_at, attempted_at, finished_at, claimed_by
 FROM ordered_jobs
 WHERE id = $1;
