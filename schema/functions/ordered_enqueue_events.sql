@@ -52,6 +52,9 @@ DECLARE
     v_new_seqs bigint[];
     v_new_ids bigint[];
     v_old_heads bigint[];
+    v_event ordered_event;
+    v_id bigint;
+    v_wake boolean;
 BEGIN
     IF coalesce(cardinality(p_events), 0) = 0 THEN
         RETURN; -- an empty call (or a null array) enqueues nothing
@@ -82,6 +85,38 @@ BEGIN
     -- transaction ends. Counting the events of each (key, seq) on the way, it also tells
     -- whether the call repeats one.
     v_null_ord := array_position(p_events, NULL) - array_lower(p_events, 1) + 1;
+
+    -- One valid event above everything its key ever had, the common case, needs only the key
+    -- row's write and the insert: no job of the key has its seq or a higher one, so it is no
+    -- duplicate and not late, and it is the head exactly when the key has none (no open job).
+    -- The upsert writes the key row only when the event is above seq_max; otherwise it leaves
+    -- the row locked, and the steps below write it and decide.
+    IF cardinality(p_events) = 1 AND v_null_ord IS NULL THEN
+        v_event := p_events[array_lower(p_events, 1)];
+        IF ordered_event_problem(false, v_event.key, v_event.seq, v_event.kind, v_event.payload, v_event.run_at,
+                                 v_event.max_attempts, p_max_key_bytes, p_max_payload_bytes) IS NULL THEN
+            INSERT INTO ordered_keys AS k (key, seq_max) VALUES (v_event.key, v_event.seq)
+            ON CONFLICT (key) DO UPDATE SET seq_max = excluded.seq_max WHERE k.seq_max < excluded.seq_max;
+            IF FOUND THEN
+                -- A caller that keeps one snapshot locks the head it sees (see below).
+                IF current_setting('transaction_isolation') <> 'read committed' THEN
+                    PERFORM 1 FROM ordered_jobs AS j WHERE j.key = v_event.key AND j.head FOR SHARE OF j;
+                END IF;
+                INSERT INTO ordered_jobs AS j (key, seq, kind, payload, available_at, max_attempts, run_at, head)
+                VALUES (v_event.key, v_event.seq, coalesce(v_event.kind, ''), coalesce(v_event.payload, 'null'::jsonb),
+                        coalesce(v_event.run_at, now()),
+                        CASE WHEN coalesce(v_event.max_attempts, 0) = 0 THEN p_max_attempts ELSE v_event.max_attempts END,
+                        v_event.run_at,
+                        NOT EXISTS (SELECT 1 FROM ordered_jobs AS h WHERE h.key = v_event.key AND h.head))
+                RETURNING j.id, j.head AND j.available_at <= statement_timestamp() INTO v_id, v_wake;
+                IF v_wake THEN
+                    PERFORM pg_notify('ordered_jobs', current_schema());
+                END IF;
+                RETURN QUERY SELECT 1, v_id, false;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
     WITH e AS MATERIALIZED (
         SELECT e.key, e.seq, e.ord,
                ordered_event_problem(e.ord = v_null_ord, e.key, e.seq, e.kind, e.payload, e.run_at,
