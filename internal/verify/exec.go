@@ -26,6 +26,10 @@ import (
 // command appends a line "KEY SEQ" (or "KEY SEQ CLAIM_VERSION") for each effect it makes.
 const EffectsEnv = "ORDERED_VERIFY_EFFECTS"
 
+// execMaxAttempts is the attempts of an event in the run through a command: the faults cost
+// attempts (a kill, a stall past the lease), more of them under load.
+const execMaxAttempts = 25
+
 // execPolicy is the policy of the run through a user's command: with block, a job the command
 // fails for good holds its key, which the report shows.
 const execPolicy = "block"
@@ -101,7 +105,7 @@ func (r *run) enqueueExec(ctx context.Context) error {
 		key := fmt.Sprintf("key-%03d", k)
 		for s := range r.o.PerKey {
 			body, _ := json.Marshal(execPayload{Key: key, Seq: int64(s)})
-			events = append(events, ordered.Event{Key: key, Seq: int64(s), Payload: body, MaxAttempts: 10})
+			events = append(events, ordered.Event{Key: key, Seq: int64(s), Payload: body, MaxAttempts: execMaxAttempts})
 			r.enqueued = append(r.enqueued, history.ID{Key: key, Seq: int64(s)})
 		}
 	}
