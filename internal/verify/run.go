@@ -40,6 +40,9 @@ type run struct {
 	enqueued, expected []history.ID
 	kills              []kill
 	res                result
+	// command, when set, is the user's command the workers run, and effects the file it
+	// records its effects in (see RunExec).
+	command, effects string
 }
 
 // runOne is one run against a fresh schema of the cluster.
@@ -126,6 +129,9 @@ func (r *run) spawn() (*exec.Cmd, error) {
 		"--workers", strconv.Itoa(r.o.Workers), "--lease", r.o.Lease.String(), "--work", r.o.Work.String()}
 	if r.transactional {
 		args = append(args, "--transactional")
+	}
+	if r.command != "" {
+		args = append(args, "--exec", r.command, "--effects", r.effects)
 	}
 	return harness.SpawnSelf(io.Discard, io.Discard, args...)
 }

@@ -35,6 +35,15 @@
 //	require.NoError(t, err)
 //	report := history.Check(history.History{Enqueued: sent, Jobs: jobs, Effects: effects})
 //	require.True(t, report.Clean(true), "%v", report.Problems)
+//
+// # Verifying a handler through faults
+//
+// Verify runs a workload over many keys through a handler while it kills the workers'
+// connections, stalls attempts past their lease and restarts workers, then checks the history:
+// the handler records each effect with RecordEffect (or RecordEffectTx), and any lost job,
+// order inversion, duplicate or missing effect fails the test with the report.
+//
+//	orderedtest.Verify(t, handler, orderedtest.VerifyOptions{})
 package orderedtest
 
 import (

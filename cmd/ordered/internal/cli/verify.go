@@ -27,17 +27,21 @@ under 2 minutes.`
 
 func (a *app) verifyCmd() *cobra.Command {
 	var (
-		short bool
-		o     verify.Options
+		short   bool
+		o       verify.Options
+		command string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "The chaos run: a workload through crashes, stalls, dropped connections and a PostgreSQL restart, with its history checked",
-		Long:  verifyLong,
+		Long:  verifyLong + "\n\n" + verifyExecLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if short {
 				o.Keys, o.PerKey = 40, 15
+			}
+			if cmd.Flags().Changed("exec") {
+				return a.verifyExec(cmd.Context(), command, o)
 			}
 			return verify.Run(cmd.Context(), o, a.stdout)
 		},
@@ -51,14 +55,16 @@ func (a *app) verifyCmd() *cobra.Command {
 	f.DurationVar(&o.Lease, "lease", time.Second, "lease of the workers")
 	f.DurationVar(&o.Work, "work", 20*time.Millisecond, "mean time a handler works on a job")
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "give up a run that has not drained after this long")
+	f.StringVar(&command, "exec", "", "run the workload through this shell command, as ordered work --exec runs it (see above)")
 	return cmd
 }
 
 // verifyWorkerCmd is a worker process of the chaos run (see verify.Worker).
 func (a *app) verifyWorkerCmd() *cobra.Command {
 	var (
-		w          verify.Worker
-		policyName string
+		w                verify.Worker
+		policyName       string
+		command, effects string
 	)
 	cmd := &cobra.Command{
 		Use:    verify.WorkerCommand,
@@ -69,6 +75,9 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 			var err error
 			if w.Policy, err = policy.ParseDecision(policyName); err != nil {
 				return err
+			}
+			if command != "" {
+				return a.runWorker(cmd.Context(), a.verifyExecWorker(w, command, effects))
 			}
 			return a.runWorker(cmd.Context(), workerSetup{
 				client:  w.Config(quietLogger(a.stderr)),
@@ -84,5 +93,7 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 	f.DurationVar(&w.Lease, "lease", time.Second, "lease")
 	f.BoolVar(&w.Transactional, "transactional", false, "commit each effect with its completion")
 	f.DurationVar(&w.Work, "work", 20*time.Millisecond, "mean time spent on a job")
+	f.StringVar(&command, "exec", "", "run this command per job (see verify --exec)")
+	f.StringVar(&effects, "effects", "", "the file the command records its effects in")
 	return cmd
 }

@@ -1,0 +1,1 @@
+SELECT key, seq, claim_version, at FROM orderedtest_verify_starts
