@@ -38,3 +38,16 @@ var (
 	//go:embed queries/recovery.sql
 	recoverySQL string
 )
+
+// Statements of the hosts mode.
+var (
+	// partitionTakeoverSQL counts the jobs that the processes of a partitioned host ($1) had
+	// started last and not finished by the cut ($2), and the longest time from the cut to the
+	// first start of one of them by another process: when the last was taken over (NULL: none).
+	//go:embed queries/partition_takeover.sql
+	partitionTakeoverSQL string
+
+	// firstStartAfterSQL is the time from $2 to the first start by one of the processes $1.
+	//go:embed queries/first_start_after.sql
+	firstStartAfterSQL string
+)
