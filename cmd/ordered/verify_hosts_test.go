@@ -32,3 +32,19 @@ func TestVerifyHostsShortIsClean(t *testing.T) {
 		require.NotEqual(t, "never", r[4], "the host claimed again after the heal: %s", r[0])
 	}
 }
+
+// The hosts bench drains the same workload with the worker processes over loopback and on 1,
+// 2 and 4 hosts, and prints a rate and its ratio to 1 host for each.
+func TestVerifyHostsBenchPrintsEachSpread(t *testing.T) {
+	t.Parallel()
+	bin := scenarioBin(t)
+
+	var out bytes.Buffer
+	bench := exec.Command(bin, "verify", "--hosts-bench", "--keys", "8", "--per-key", "5", "--workers", "2")
+	bench.Stdout, bench.Stderr = &out, &out
+	require.NoError(t, bench.Run(), out.String())
+	for _, spread := range []string{"loopback", "1 host", "2 hosts", "4 hosts"} {
+		require.Regexp(t, `(?m)^\s+`+spread+`\s+4\s+8\s+40\s+[1-9]\d*\s+\d+\.\d\dx\s+\d+%\s*$`, out.String())
+	}
+	require.Regexp(t, `(?m)^\s+1 host(\s+\d+){4}\s+1\.00x`, out.String())
+}
