@@ -62,9 +62,23 @@ type partition struct {
 	host         string
 	pids         []int
 	cut, healed  time.Time
-	held         int            // the jobs the host held at the cut
+	held         heldJobs       // the jobs the host held at the cut
 	takeover     *time.Duration // cut to the last of them started again by another process
 	claimedAgain *time.Duration // heal to the first start by the host's processes
+}
+
+// heldJobs are jobs held under a claim: their keys, seqs and claim versions.
+type heldJobs struct {
+	keys          []string
+	seqs, version []int64
+}
+
+// readHeld reads the database clock and the jobs the processes pids hold.
+func (r *run) readHeld(ctx context.Context, pids []int) (time.Time, heldJobs, error) {
+	var at time.Time
+	var h heldJobs
+	err := r.pool.QueryRow(ctx, partitionHeldSQL, pids).Scan(&at, &h.keys, &h.seqs, &h.version)
+	return at, h, err
 }
 
 // newHostsEnv makes n hosts and a cluster that listens on their links. On error nothing is
@@ -201,7 +215,8 @@ func (r *run) partition(ctx context.Context, hi int) error {
 	if err := r.awaitHeld(ctx, p.pids); err != nil {
 		return err
 	}
-	if err := r.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&p.cut); err != nil {
+	var err error
+	if p.cut, p.held, err = r.readHeld(ctx, p.pids); err != nil {
 		return err
 	}
 	if err := h.Partition(ctx); err != nil {
@@ -226,16 +241,15 @@ func (r *run) partition(ctx context.Context, hi int) error {
 func (r *run) awaitHeld(ctx context.Context, pids []int) error {
 	deadline := time.Now().Add(r.o.Timeout)
 	for ; time.Now().Before(deadline); time.Sleep(progressPoll) {
-		var held int
-		var takeover *time.Duration
-		if err := r.pool.QueryRow(ctx, partitionTakeoverSQL, pids, time.Now()).Scan(&held, &takeover); err != nil {
+		_, held, err := r.readHeld(ctx, pids)
+		if err != nil {
 			return err
 		}
 		_, pending, err := harness.Progress(ctx, r.pool)
 		if err != nil {
 			return err
 		}
-		if held > 0 || pending == 0 {
+		if len(held.keys) > 0 || pending == 0 {
 			return nil
 		}
 	}
@@ -300,13 +314,13 @@ func (r *run) enqueueExtra(ctx context.Context, prefix string, keys, perKey int)
 	return err
 }
 
-// checkPartitions measures, for each partition, the takeover of the host's jobs (each job's
-// first start by another process; the takeover is the last of these) and the host's first
-// claim after the heal.
+// checkPartitions measures, for each partition, the takeover of the jobs the host held at the
+// cut (each one's first start by another process under a newer claim; the takeover is the
+// last of these) and the host's first claim after the heal.
 func (r *run) checkPartitions(ctx context.Context) error {
 	for i := range r.res.partitions {
 		p := &r.res.partitions[i]
-		if err := r.pool.QueryRow(ctx, partitionTakeoverSQL, p.pids, p.cut).Scan(&p.held, &p.takeover); err != nil {
+		if err := r.pool.QueryRow(ctx, partitionTakeoverSQL, p.held.keys, p.held.seqs, p.held.version, p.cut, p.pids).Scan(&p.takeover); err != nil {
 			return err
 		}
 		if err := r.pool.QueryRow(ctx, firstStartAfterSQL, p.pids, p.healed).Scan(&p.claimedAgain); err != nil {
@@ -332,8 +346,8 @@ func printPartitions(out io.Writer, o Options, results []result) error {
 	}
 	for _, r := range results {
 		for _, p := range r.partitions {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t\n", r.name, p.host, p.held, show(p.takeover), show(p.claimedAgain))
-			if p.held > 0 && p.takeover == nil {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t\n", r.name, p.host, len(p.held.keys), show(p.takeover), show(p.claimedAgain))
+			if len(p.held.keys) > 0 && p.takeover == nil {
 				errs = append(errs, fmt.Errorf("verify: %s: no other host took over the jobs host %s held when it was cut off", r.name, p.host))
 			}
 			if p.claimedAgain == nil {

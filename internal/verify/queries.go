@@ -41,9 +41,14 @@ var (
 
 // Statements of the hosts mode.
 var (
-	// partitionTakeoverSQL counts the jobs that the processes of a partitioned host ($1) had
-	// started last and not finished by the cut ($2), and the longest time from the cut to the
-	// first start of one of them by another process: when the last was taken over (NULL: none).
+	// partitionHeldSQL reads the database clock and the jobs (keys, seqs, claim versions)
+	// that the processes $1 hold: running under a claim they started.
+	//go:embed queries/partition_held.sql
+	partitionHeldSQL string
+
+	// partitionTakeoverSQL is the longest time from a cut ($4) to the first start, by a
+	// process other than $5, of each job the cut-off processes held ($1, $2, $3) under a newer
+	// claim: when the last of them was taken over (NULL: none was).
 	//go:embed queries/partition_takeover.sql
 	partitionTakeoverSQL string
 
