@@ -36,6 +36,9 @@ func (r *run) injectFaults(ctx context.Context) error {
 	deadline := time.Now().Add(r.o.Timeout)
 	for next := 0; ; {
 		settled, pending, err := harness.Progress(ctx, r.pool)
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		if err == nil && pending == 0 && (r.o.hosts == nil || next == len(plan)) {
 			return r.topUp(ctx)
 		}
