@@ -35,6 +35,10 @@ uibench: ## Time every dashboard page over a generated queue of 1,000,000 jobs (
 verify: ## The full chaos run (4 runs of 200 keys x 25 events through injected faults; a few minutes).
 	$(GO) run ./cmd/ordered verify
 
+.PHONY: verify-hosts
+verify-hosts: ## The chaos run with worker processes on 3 hosts (network namespaces; needs root): slow links, partitions.
+	$(GO) run ./cmd/ordered verify --hosts 3
+
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck and errorlint (the linters come pinned through the Go module proxy).
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && echo 'gofmt: the files above need formatting' && exit 1)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -45,6 +46,12 @@ type Options struct {
 	// RunAs is the OS user that owns and runs the cluster when the caller is root (initdb and
 	// postgres refuse to run as root). Default RunAsDefault. Ignored when not root.
 	RunAs string
+	// ListenAddresses are addresses the server listens on besides 127.0.0.1; each must be an
+	// address of this host when the server starts.
+	ListenAddresses []netip.Addr
+	// TrustedNets are networks whose TCP connections the server trusts (a pg_hba.conf line
+	// each), besides the local ones.
+	TrustedNets []netip.Prefix
 }
 
 // Cluster is a private PostgreSQL cluster in a temporary directory. Its methods are safe for
@@ -85,10 +92,31 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		return nil, err
 	}
+	if err := c.trustNets(); err != nil {
+		return nil, err
+	}
 	if err := c.startOnFreePort(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// trustNets appends a trust line to pg_hba.conf for each of Options.TrustedNets.
+func (c *Cluster) trustNets() error {
+	if len(c.opts.TrustedNets) == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(c.data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	for _, n := range c.opts.TrustedNets {
+		fmt.Fprintf(f, "host all all %s trust\n", n.Masked())
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	return nil
 }
 
 // newCluster prepares a cluster with opts filled in: its binaries, its owner and its
@@ -150,6 +178,11 @@ func (c *Cluster) startOnFreePort(ctx context.Context) error {
 // URL is a libpq URL of the cluster's database postgres, as its superuser postgres.
 func (c *Cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// URLAt is URL with the server reached at addr, one of Options.ListenAddresses.
+func (c *Cluster) URLAt(addr netip.Addr) string {
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", net.JoinHostPort(addr.String(), strconv.Itoa(c.port)))
 }
 
 // Port is the TCP port the server listens on, on 127.0.0.1. It stays the same across restarts.
@@ -239,8 +272,12 @@ func (c *Cluster) postmasterPID() (int, bool) {
 // serverOptions are the postgres options given to pg_ctl -o, which passes them through a
 // shell: the socket directory is quoted.
 func (c *Cluster) serverOptions() string {
-	return fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=%d",
-		c.port, shellQuote(c.data), c.opts.MaxConnections)
+	listen := []string{"127.0.0.1"}
+	for _, a := range c.opts.ListenAddresses {
+		listen = append(listen, a.String())
+	}
+	return fmt.Sprintf("-p %d -k %s -c listen_addresses=%s -c fsync=off -c max_connections=%d",
+		c.port, shellQuote(c.data), strings.Join(listen, ","), c.opts.MaxConnections)
 }
 
 // pgCtl runs pg_ctl ACTION on the data dir, waiting (-w) up to StartTimeout.

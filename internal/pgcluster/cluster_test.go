@@ -2,6 +2,7 @@ package pgcluster_test
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/internal/netns"
 	"github.com/orderedq/ordered/internal/pgcluster"
 )
 
@@ -208,4 +210,33 @@ func serverPort(ctx context.Context, t *testing.T, url string) int {
 	var port int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('port')::int`).Scan(&port))
 	return port
+}
+
+// A cluster can listen on another address of this host too, and trust a network besides the
+// local one: a connection to the link's address (from that address) is accepted, before and
+// after a restart. Without the trusted network, pg_hba.conf refuses it.
+func TestClusterListensOnMoreAddresses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := netns.New(ctx, "pc")
+	require.NoError(t, err, "a second address of this host comes from a network namespace's link")
+	t.Cleanup(func() { require.NoError(t, n.Close()) })
+	h, err := n.AddHost(ctx)
+	require.NoError(t, err)
+
+	c, err := pgcluster.Start(ctx, pgcluster.Options{
+		ListenAddresses: []netip.Addr{h.Gateway}, TrustedNets: []netip.Prefix{h.Subnet}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.Positive(t, queryPID(ctx, t, c.URLAt(h.Gateway)))
+	require.Positive(t, queryPID(ctx, t, c.URL()))
+	require.NoError(t, c.Restart(ctx))
+	require.Positive(t, queryPID(ctx, t, c.URLAt(h.Gateway)))
+
+	untrusted, err := pgcluster.Start(ctx, pgcluster.Options{ListenAddresses: []netip.Addr{h.Gateway}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = untrusted.Close() })
+	_, err = pgx.Connect(ctx, untrusted.URLAt(h.Gateway))
+	require.ErrorContains(t, err, "no pg_hba.conf entry")
 }

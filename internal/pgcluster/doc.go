@@ -1,6 +1,8 @@
 // Package pgcluster runs a throwaway private PostgreSQL cluster: initdb into a temporary
 // directory, a server on a free port of 127.0.0.1 with trust authentication, and nothing left
-// behind after Close.
+// behind after Close. It can also listen on more addresses of this host and trust networks
+// besides the local one (Options.ListenAddresses, Options.TrustedNets), for clients on other
+// hosts such as network namespaces.
 //
 // It serves the tests that must restart or stop PostgreSQL under a running worker, which they
 // cannot do to a shared server, and anything else that needs a database when none is at hand.

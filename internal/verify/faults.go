@@ -25,23 +25,31 @@ type kill struct {
 	at  time.Time
 }
 
-// injectFaults injects the faults, each when the run reaches its point, until the run drains.
+// injectFaults injects the faults, each when the run reaches its point, until the run drains
+// (and, in the hosts mode, each healed host has claimed again: see topUp).
 func (r *run) injectFaults(ctx context.Context) error {
+	plan := faults
+	if r.o.hosts != nil {
+		plan = hostFaults
+	}
 	total := len(r.enqueued)
 	deadline := time.Now().Add(r.o.Timeout)
 	for next := 0; ; {
 		settled, pending, err := harness.Progress(ctx, r.pool)
-		if err == nil && pending == 0 {
-			return nil
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if err == nil && pending == 0 && (r.o.hosts == nil || next == len(plan)) {
+			return r.topUp(ctx)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("did not drain within %s (%d jobs pending)", r.o.Timeout, pending)
 		}
-		if err != nil || next == len(faults) || settled*100 < faults[next].at*total {
+		if err != nil || next == len(plan) || settled*100 < plan[next].at*total {
 			time.Sleep(progressPoll)
 			continue
 		}
-		if err := r.inject(ctx, faults[next].kind, r.rng.IntN(len(r.procs))); err != nil {
+		if err := r.inject(ctx, plan[next].kind, r.rng.IntN(len(r.procs))); err != nil {
 			return err
 		}
 		next++
@@ -69,6 +77,8 @@ func (r *run) inject(ctx context.Context, fault string, victim int) error {
 			return fmt.Errorf("restart PostgreSQL: %w", err)
 		}
 		r.res.restarts++
+	default:
+		return r.injectHostFault(ctx, fault)
 	}
 	return nil
 }

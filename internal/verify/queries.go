@@ -38,3 +38,21 @@ var (
 	//go:embed queries/recovery.sql
 	recoverySQL string
 )
+
+// Statements of the hosts mode.
+var (
+	// partitionHeldSQL reads the database clock and the jobs (keys, seqs, claim versions)
+	// that the processes $1 hold: running under a claim they started.
+	//go:embed queries/partition_held.sql
+	partitionHeldSQL string
+
+	// partitionTakeoverSQL is the longest time from a cut ($4) to the first start, by a
+	// process other than $5, of each job the cut-off processes held ($1, $2, $3) under a newer
+	// claim: when the last of them was taken over (NULL: none was).
+	//go:embed queries/partition_takeover.sql
+	partitionTakeoverSQL string
+
+	// firstStartAfterSQL is the time from $2 to the first start by one of the processes $1.
+	//go:embed queries/first_start_after.sql
+	firstStartAfterSQL string
+)

@@ -125,7 +125,12 @@ func (r *run) enqueue(ctx context.Context) error {
 
 // spawn starts a worker process.
 func (r *run) spawn() (*exec.Cmd, error) {
-	args := []string{WorkerCommand, "--database-url", r.workerURL, "--schema", r.schema, "--policy", r.policy,
+	return harness.SpawnSelf(io.Discard, io.Discard, r.workerArgs(r.workerURL)...)
+}
+
+// workerArgs are the arguments of a worker process that connects to url.
+func (r *run) workerArgs(url string) []string {
+	args := []string{WorkerCommand, "--database-url", url, "--schema", r.schema, "--policy", r.policy,
 		"--workers", strconv.Itoa(r.o.Workers), "--lease", r.o.Lease.String(), "--work", r.o.Work.String()}
 	if r.transactional {
 		args = append(args, "--transactional")
@@ -133,10 +138,13 @@ func (r *run) spawn() (*exec.Cmd, error) {
 	if r.command != "" {
 		args = append(args, "--exec", r.command, "--effects", r.effects)
 	}
-	return harness.SpawnSelf(io.Discard, io.Discard, args...)
+	return args
 }
 
 func (r *run) startWorkers() error {
+	if r.o.hosts != nil {
+		return r.startHostWorkers()
+	}
 	r.procs = make([]*exec.Cmd, r.o.Processes)
 	for i := range r.procs {
 		p, err := r.spawn()
@@ -165,8 +173,10 @@ func (r *run) check(ctx context.Context) error {
 		return err
 	}
 	r.res.report = history.Check(h)
-	r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills)
-	return err
+	if r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills); err != nil || r.o.hosts == nil {
+		return err
+	}
+	return r.checkPartitions(ctx)
 }
 
 // withAppName sets application_name on a libpq URL.

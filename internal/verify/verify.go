@@ -32,6 +32,11 @@ type Options struct {
 	Lease, Work time.Duration
 	// Timeout gives up a run that has not drained after this long.
 	Timeout time.Duration
+	// Hosts, when not zero, runs the hosts mode: the worker processes spread over this many
+	// hosts (network namespaces), with partitions and a slow link for faults (see hosts.go).
+	Hosts int
+
+	hosts *hostsEnv // set by the hosts mode for its runs
 }
 
 // result is one run's figures.
@@ -42,11 +47,18 @@ type result struct {
 	kills, stalls, terminations, restarts int
 	maxRecovery                           time.Duration
 	elapsed                               time.Duration
+	// partitions and topUps are the hosts mode's: its partitions, and the batches enqueued
+	// after the drain for a healed host to claim.
+	partitions []partition
+	topUps     int
 }
 
 // Run runs the four runs, each in a fresh schema, and prints their figures on out. It fails
 // when a run is not clean.
 func Run(ctx context.Context, o Options, out io.Writer) error {
+	if o.Hosts > 0 {
+		return runHosts(ctx, o, out)
+	}
 	fmt.Fprintf(out, "starting a private PostgreSQL cluster (it is restarted during each run)\n")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
 	if err != nil {
