@@ -237,8 +237,9 @@ func (h *Host) remove() error {
 	if err := ip(ctx, "netns", "del", h.Name); err != nil && !strings.Contains(err.Error(), "No such file") {
 		errs = append(errs, err)
 	}
+	// The kernel removes the pair with the namespace, but not always before this returns.
 	if linkExists(ctx, h.outer) {
-		if err := ip(ctx, "link", "del", h.outer); err != nil {
+		if err := ip(ctx, "link", "del", h.outer); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 			errs = append(errs, err)
 		}
 	}
