@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -295,4 +297,53 @@ func TestCompleteManyRetriesADeadlockWithAnEnqueue(t *testing.T) {
 		require.Equal(t, "done", b.jobStatus(t, j.ID))
 	}
 	require.Len(t, b.claimAll(t), 2, "a/2 and b/2 are the keys' heads")
+}
+
+// A claim's time (Job.AttemptedAt) follows the completion it saw: a claim of a key's next job
+// is never stamped before its predecessor's finish, even when the claim's statement began
+// before that completion committed. The history checkers compare these two times.
+func TestClaimTimeFollowsTheCompletionItSaw(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2)
+	first := b.claimOne(t, b.client)
+
+	// The claim statement arrives first and waits on a lock the test holds (one of this
+	// test's schema: tests share the database); its statement time is taken then. The first job completes meanwhile, and the claim sees it done.
+	hold, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer hold.Release()
+	_, err = hold.Exec(b.ctx, `SELECT pg_advisory_lock(hashtext(current_schema()))`)
+	require.NoError(t, err)
+	claimer, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer claimer.Release()
+	var pid int
+	require.NoError(t, claimer.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	claimed := make(chan []*pgconn.Result, 1)
+	go func() {
+		res, err := claimer.Conn().PgConn().Exec(b.ctx,
+			`SELECT pg_advisory_lock(hashtext(current_schema())); SELECT id FROM ordered_jobs_claim(1, '1 minute')`).ReadAll()
+		assert.NoError(t, err)
+		claimed <- res
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(b.ctx,
+			`SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+		return waiting
+	}, time.Minute, 10*time.Millisecond, "the claim never waited on the lock")
+	require.NoError(t, b.client.Complete(b.ctx, first))
+	_, err = hold.Exec(b.ctx, `SELECT pg_advisory_unlock(hashtext(current_schema()))`)
+	require.NoError(t, err)
+
+	res := <-claimed
+	require.Len(t, res, 2)
+	require.Len(t, res[1].Rows, 1, "the claim did not take the key's next job")
+	var finished, attempted time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+		SELECT (SELECT finished_at FROM ordered_jobs WHERE key = 'k' AND seq = 1),
+		       (SELECT attempted_at FROM ordered_jobs WHERE key = 'k' AND seq = 2)`).Scan(&finished, &attempted))
+	require.False(t, attempted.Before(finished),
+		"seq 2 claimed at %s, before seq 1 finished at %s", attempted.Format(time.RFC3339Nano), finished.Format(time.RFC3339Nano))
 }

@@ -64,7 +64,9 @@ BEGIN
             claim_version = j.claim_version + 1,
             claimed_by = nullif(current_setting('application_name'), ''),
             lease_until = statement_timestamp() + p_lease,
-            attempted_at = statement_timestamp()
+            -- Read after the statement's snapshot, so a claim is never stamped before the
+            -- completion it saw (the statement may have begun before that one committed).
+            attempted_at = clock_timestamp()
         WHERE j.id = ANY (ARRAY(SELECT r.id FROM recovered AS r
                                 UNION ALL SELECT r.id FROM ready AS r))
         RETURNING j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts,
