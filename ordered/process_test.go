@@ -519,7 +519,9 @@ func TestProcessKilledMidJobIsTakenOverAfterLease(t *testing.T) {
 	t.Logf("kill to takeover (database clock): %v; lease had %v left at the kill", takeover, leaseAtKill.Sub(killedAt))
 	// A renewal still in flight at the kill can only have moved the lease later.
 	require.False(t, j.AttemptedAt.Before(leaseAtKill), "the job was taken over before its lease expired")
-	require.LessOrEqual(t, takeover, lease+poll*6/5+time.Second, "the takeover came late")
+	// The margin is for a busy machine, where B's poll and its process run late; the takeover's
+	// time is reported above.
+	require.LessOrEqual(t, takeover, lease+poll*6/5+5*time.Second, "the takeover came late")
 	require.Equal(t, 1, b.job(t, ids[1]).Attempts, "the key's next job ran more than once")
 
 	effects := readEffects(t, b.ctx, b.pool)
@@ -712,7 +714,8 @@ func streamEvents(t *testing.T, b *testBundle, keys, perKey int) map[string]int 
 // in order per key; and the listener reconnects by itself: a later enqueue into the idle
 // queue starts at once, long before the worker's next poll could have found it.
 //
-// The poll interval is 2s, not an hour: a connection loss leaves work that only a poll finds
+// The poll interval is 6s, not an hour, and long enough to tell a notified start from a
+// polled one on a busy machine: a connection loss leaves work that only a poll finds
 // (jobs whose outcome could not be settled, recovered after their lease; and, see
 // TestWorkerRetriesClaimAfterError, jobs whose wake-up was spent on a failed claim).
 func TestConnectionsTerminatedMidRun(t *testing.T) {
@@ -727,7 +730,7 @@ func TestConnectionsTerminatedMidRun(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	const keys, perKey = 20, 20
 	const total = keys * perKey
-	const poll = 2 * time.Second
+	const poll = 6 * time.Second
 	want := streamEvents(t, b, keys, perKey)
 
 	h := &effectsHandler{pool: pool, cfg: processConfig{Name: "W", JobDelay: 15 * time.Millisecond}}
