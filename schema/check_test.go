@@ -37,7 +37,7 @@ func TestCheck(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const name = "ordered_check"
+	name := uniqueName("ordered_check")
 	newSchema(ctx, t, name)
 	pool := schemaPool(ctx, t, name, "")
 	ms, err := schema.Migrations()
@@ -88,19 +88,20 @@ func TestMigrateCurrentWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const name = "ordered_migrate_no_create"
+	name := uniqueName("ordered_migrate_no_create")
 	admin := newSchema(ctx, t, name)
 	_, err := schema.Migrate(ctx, schemaPool(ctx, t, name, ""))
 	require.NoError(t, err)
 
-	role := newRole(ctx, t, admin, "ordered_migrate_no_create_role")
+	roleName := uniqueName("ordered_no_create_role")
+	role := newRole(ctx, t, admin, roleName)
 	ident := pgx.Identifier{name}.Sanitize()
 	_, err = admin.Exec(ctx, "GRANT USAGE ON SCHEMA "+ident+" TO "+role)
 	require.NoError(t, err)
 	_, err = admin.Exec(ctx, "GRANT SELECT ON "+ident+".ordered_migrations, "+ident+".ordered_functions TO "+role)
 	require.NoError(t, err)
 
-	pool := schemaPool(ctx, t, name, "ordered_migrate_no_create_role")
+	pool := schemaPool(ctx, t, name, roleName)
 	var canCreate bool
 	require.NoError(t, pool.QueryRow(ctx, "SELECT has_schema_privilege(current_schema(), 'CREATE')").Scan(&canCreate))
 	require.False(t, canCreate)

@@ -2,6 +2,8 @@ package schema_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const name = "ordered_migrate_concurrently"
+	name := uniqueName("ordered_migrate_concurrently")
 	admin := newSchema(ctx, t, name)
 
 	migrations, err := schema.Migrations()
@@ -90,3 +92,7 @@ func newSchema(ctx context.Context, t *testing.T, name string) *pgx.Conn {
 	})
 	return admin
 }
+
+// uniqueName is base made this test process's own, so two suites on one server do not share
+// a schema or a role.
+func uniqueName(base string) string { return fmt.Sprintf("%s_%d", base, os.Getpid()) }
