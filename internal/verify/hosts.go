@@ -43,6 +43,9 @@ const SlowRate = 1_000_000
 // out in the database and another worker to take the keys over.
 const partitionLeases = 3
 
+// cutAttempts bounds the cuts of a partition that found its host holding nothing.
+const cutAttempts = 5
+
 // topUpRounds bounds the batches of extra events enqueued, once the workload has drained, for
 // a healed host's worker to show it claims again.
 const topUpRounds = 20
@@ -212,15 +215,25 @@ func (r *run) partition(ctx context.Context, hi int) error {
 			p.pids = append(p.pids, proc.Process.Pid)
 		}
 	}
-	if err := r.awaitHeld(ctx, p.pids); err != nil {
-		return err
-	}
-	var err error
-	if p.cut, p.held, err = r.readHeld(ctx, p.pids); err != nil {
-		return err
-	}
-	if err := h.Partition(ctx); err != nil {
-		return err
+	// What the host holds is read once it is cut off, so that it is held at the cut: a job
+	// that finished between the look and the cut is not counted, and the host is cut again.
+	for attempt := 1; ; attempt++ {
+		if err := r.awaitHeld(ctx, p.pids); err != nil {
+			return err
+		}
+		if err := h.Partition(ctx); err != nil {
+			return err
+		}
+		var err error
+		if p.cut, p.held, err = r.readHeld(ctx, p.pids); err != nil {
+			return err
+		}
+		if len(p.held.keys) > 0 || attempt == cutAttempts {
+			break
+		}
+		if err := h.Heal(ctx); err != nil {
+			return err
+		}
 	}
 	select {
 	case <-time.After(partitionLeases * r.o.Lease):
