@@ -330,7 +330,7 @@ func TestClaimTimeFollowsTheCompletionItSaw(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var waiting bool
 		require.NoError(t, b.pool.QueryRow(b.ctx,
-			`SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
 		return waiting
 	}, time.Minute, 10*time.Millisecond, "the claim never waited on the lock")
 	require.NoError(t, b.client.Complete(b.ctx, first))
