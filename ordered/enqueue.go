@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
+	"github.com/orderedq/ordered/policy"
 )
 
 // Event is one event to enqueue. Its key's events run one at a time, in Seq order.
@@ -105,8 +106,8 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	rows, err := scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON),
-		b.columns.MaxKeyBytesLimit, b.columns.MaxAttemptsDefault)...))
+	rows, err := scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, append([]any{string(batchJSON),
+		b.columns.MaxKeyBytesLimit, b.columns.MaxAttemptsDefault}, b.columns.SequenceArgs()...)...)...))
 	if err != nil {
 		return nil, b.dbError(err)
 	}
@@ -211,9 +212,20 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	seen := make(map[identity]int, len(events))
 	cols := &b.columns
 	cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault = int32(c.cfg.MaxKeyBytes), int32(c.cfg.MaxAttempts)
+	var sequence policy.Sequence
 	for i, ev := range events {
 		if err := c.validateEvent(i, ev); err != nil {
 			return nil, err
+		}
+		seq, err := c.sequenceOf(i, ev.Key)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			sequence = seq
+		} else if seq != sequence {
+			return nil, fmt.Errorf("%w: event %d (key %q) has another sequence mode than event 0 (Config.Sequence): enqueue keys of different modes in separate batches",
+				ErrInvalidEvent, i, ev.Key)
 		}
 		payload := string(ev.Payload)
 		if payload == "" {
@@ -243,7 +255,27 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 		cols.RunAts = append(cols.RunAts, runAt)
 		cols.MaxAttempts = append(cols.MaxAttempts, maxAttempts)
 	}
+	if sequence.Contiguous {
+		first := sequence.First
+		cols.FirstSeq, cols.GapAction = &first, sequence.Gap.Action.String()
+		if sequence.Gap.Action != policy.GapWait {
+			timeout := sequence.Gap.Timeout
+			cols.GapTimeout = &timeout
+		}
+	}
 	return b, nil
+}
+
+// sequenceOf is the Sequence that Config.Sequence gives key (the default mode without one).
+func (c *Client) sequenceOf(i int, key string) (policy.Sequence, error) {
+	if c.cfg.Sequence == nil {
+		return policy.Sequence{}, nil
+	}
+	s := c.cfg.Sequence.Sequence(key)
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("%w: event %d (key %q): Config.Sequence: %v", ErrInvalidEvent, i, key, err)
+	}
+	return s, nil
 }
 
 // differsFromSent names the first field in which an event differs from the u-th event sent
