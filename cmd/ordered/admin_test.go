@@ -71,3 +71,37 @@ func TestAdminOutputEscapesKeysAndErrors(t *testing.T) {
 	require.True(t, errors.Is(err, os.ErrNotExist))
 
 }
+
+// `ordered gaps` lists the contiguous keys waiting on a gap, `gaps release` passes their
+// missing ranges (a key without one is refused, and the exit status says so), and `status`
+// counts them.
+func TestGapsCommand(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	_, err := q.Pool.Exec(ctx, `SELECT * FROM ordered_enqueue('[{"key":"cust-1","seq":3},{"key":"cust-2","seq":1}]', p_first_seq => 1)`)
+	require.NoError(t, err)
+
+	r := runCLI(t, q.URL, "", "gaps")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^cust-1 +1 +1-2 +\d+s +wait +- +1$`, r.stdout)
+	require.NotContains(t, r.stdout, "cust-2")
+	r = runCLI(t, q.URL, "", "gaps", "--json")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"missing": {`+"\n"+`        "from": 1,`)
+	r = runCLI(t, q.URL, "", "status")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "keys waiting on a gap  1 (0 blocked)")
+
+	r = runCLI(t, q.URL, "", "gaps", "release", "cust-1", "cust-2", "nope")
+	requireOneLineError(t, r)
+	require.Equal(t, "released key cust-1: passed seqs 1-2\n"+
+		"refused: the key has no gap: key \"cust-2\" misses no seq below an open job\n"+
+		"refused: key nope is not a contiguous key\n", r.stdout)
+	require.Equal(t, "ordered: released 1 of 3 keys; refused: cust-2, nope\n", r.stderr)
+
+	r = runCLI(t, q.URL, "", "gaps", "--key", "cust-1")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^cust-1 +3 +- +no +wait +- +1$`, r.stdout)
+	require.Regexp(t, `(?m)^cust-1 +1-2 +\S+ +released$`, r.stdout)
+}
