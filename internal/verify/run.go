@@ -42,8 +42,8 @@ type run struct {
 	// gapFill are the events of the contiguous keys held back until the workers run, so
 	// that those keys wait on gaps while they are filled in random order (see enqueue).
 	gapFill []ordered.Event
-	kills              []kill
-	res                result
+	kills   []kill
+	res     result
 	// command, when set, is the user's command the workers run, and effects the file it
 	// records its effects in (see RunExec).
 	command, effects string
