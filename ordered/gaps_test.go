@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -463,4 +464,34 @@ func TestContiguousManyProducersRandomOrder(t *testing.T) {
 	passed, err := b.client.PassedGaps(b.ctx, "", 0)
 	require.NoError(t, err)
 	require.Empty(t, passed)
+}
+
+// A worker's maintenance applies gap timeouts: a proceed key's gap is passed and its later
+// job runs, a block key stays held, and the gauges count the keys waiting and blocked.
+func TestWorkerMaintenanceAppliesGapPolicies(t *testing.T) {
+	t.Parallel()
+	cfg := &ordered.Config{Sequence: policy.SequenceFunc(func(key string) policy.Sequence {
+		action := policy.GapProceed
+		if key == "b" {
+			action = policy.GapBlock
+		}
+		return policy.Sequence{Contiguous: true, First: 1, Gap: policy.Gap{Action: action, Timeout: 50 * time.Millisecond}}
+	})}
+	b := setup(t, cfg)
+	b.enqueue(t, "p", 3)
+	b.enqueue(t, "b", 2)
+	reg := prometheus.NewRegistry()
+	var ran sync.Map
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(_ context.Context, j *ordered.Job) error {
+		ran.Store(j.IdempotencyKey(), true)
+		return nil
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, MaintenanceInterval: 50 * time.Millisecond, Registerer: reg})
+	waitFor(t, 30*time.Second, "p's gap passed and its job run, b blocked, the gauges counted", func() bool {
+		_, pRan := ran.Load("p/3")
+		return pRan && metricValue(t, reg, "ordered_gap_keys") == 1 && metricValue(t, reg, "ordered_gap_blocked_keys") == 1 &&
+			metricValue(t, reg, "ordered_oldest_gap_age_seconds") > 0
+	})
+	_, bRan := ran.Load("b/2")
+	require.False(t, bRan, "a blocked gap holds its key")
+	require.True(t, gapOf(t, b, "b").Blocked)
 }
