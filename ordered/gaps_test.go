@@ -317,12 +317,38 @@ func TestSequenceModeMismatchRefused(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs`).Scan(&n))
 	require.Equal(t, 2, n)
 
-	// A batch whose keys get different sequences from Config.Sequence is refused before it is sent.
+	// A batch whose keys get different sequences from Config.Sequence is sent as one
+	// statement per mode, in one transaction: all of it or nothing.
 	mixed := b.newClient(t, &ordered.Config{Sequence: policy.SequenceFunc(func(key string) policy.Sequence {
-		return policy.Sequence{Contiguous: key == "cont"}
+		if key == "plain" || key == "plain-2" {
+			return policy.Sequence{}
+		}
+		return policy.Sequence{Contiguous: true, First: 1}
 	})})
-	_, err = mixed.EnqueueMany(b.ctx, []ordered.Event{{Key: "cont", Seq: 3}, {Key: "plain", Seq: 7}})
-	require.ErrorIs(t, err, ordered.ErrInvalidEvent)
+	res, err := mixed.EnqueueMany(b.ctx, []ordered.Event{{Key: "cont", Seq: 3}, {Key: "plain", Seq: 7},
+		{Key: "new", Seq: 1}, {Key: "plain", Seq: 7}, {Key: "cont", Seq: 3}})
+	require.NoError(t, err)
+	require.Len(t, res, 5)
+	require.False(t, res[0].Duplicate || res[1].Duplicate || res[2].Duplicate)
+	require.Equal(t, res[1].ID, res[3].ID)
+	require.Equal(t, res[0].ID, res[4].ID)
+	require.True(t, res[3].Duplicate && res[4].Duplicate)
+	var key string
+	var seq int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT key, seq FROM ordered_jobs WHERE id = $1`, res[2].ID).Scan(&key, &seq))
+	require.Equal(t, "new/1", fmt.Sprintf("%s/%d", key, seq))
+	// A refusal in one mode's statement undoes the other's; the error names the event by its
+	// index in the batch.
+	_, err = mixed.EnqueueMany(b.ctx, []ordered.Event{{Key: "plain-2", Seq: 1}, {Key: "cont", Seq: 4},
+		{Key: "cont", Seq: 0}})
+	require.ErrorIs(t, err, ordered.ErrLateEvent)
+	_, err = mixed.EnqueueMany(b.ctx, []ordered.Event{{Key: "plain-2", Seq: 1}, {Key: "cont", Seq: 5},
+		{Key: "cont", Seq: 3, Payload: json.RawMessage(`{"other":1}`)}})
+	var dup *ordered.DuplicateConflictError
+	require.ErrorAs(t, err, &dup)
+	require.Equal(t, 2, dup.Index)
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE key = 'plain-2' OR (key = 'cont' AND seq IN (4, 5))`).Scan(&n))
+	require.Zero(t, n, "nothing of a refused batch was written")
 	bad := b.newClient(t, &ordered.Config{Sequence: policy.AllKeys(policy.Sequence{Contiguous: true,
 		Gap: policy.Gap{Action: policy.GapProceed}})})
 	_, err = bad.Enqueue(b.ctx, ordered.Event{Key: "x", Seq: 0})
