@@ -120,6 +120,9 @@ func TestGapTimeoutProceeds(t *testing.T) {
 	require.Len(t, passed, 1)
 	require.Equal(t, ordered.SeqRange{From: 1, To: 1}, passed[0].Range)
 	require.Equal(t, "timeout", passed[0].Reason)
+	timeline, err := b.client.KeyTimeline(b.ctx, "k", ordered.KeyTimelineParams{})
+	require.NoError(t, err)
+	require.Equal(t, passed, timeline.Passed)
 
 	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 1})
 	require.ErrorIs(t, err, ordered.ErrLateEvent)
@@ -199,6 +202,20 @@ func TestGapReleasedWhileClaimRuns(t *testing.T) {
 	j3 := b.claimOne(t, b.client)
 	require.EqualValues(t, 3, j3.Seq)
 	require.NoError(t, b.client.Complete(b.ctx, j3))
+
+	// Released while the claim runs, then the claim's lease expires: the recovered claim
+	// runs the job, and the key still moves past the released range.
+	b.enqueue(t, "r", 1, 3)
+	r1 := b.claimOne(t, b.client)
+	_, err = b.client.ReleaseGap(b.ctx, "r")
+	require.NoError(t, err)
+	b.expireLease(t, r1.ID)
+	again := b.claimOne(t, b.client)
+	require.Equal(t, r1.ID, again.ID)
+	require.ErrorIs(t, b.client.Complete(b.ctx, r1), ordered.ErrLeaseLost)
+	b.claimNone(t, b.client)
+	require.NoError(t, b.client.Complete(b.ctx, again))
+	require.EqualValues(t, 3, b.claimOne(t, b.client).Seq)
 
 	// Nothing more is missing below an open job: no gap to release.
 	_, err = b.client.ReleaseGap(b.ctx, "k")
