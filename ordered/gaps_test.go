@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -537,4 +538,28 @@ func TestWorkerMaintenanceAppliesGapPolicies(t *testing.T) {
 	_, bRan := ran.Load("b/2")
 	require.False(t, bRan, "a blocked gap holds its key")
 	require.True(t, gapOf(t, b, "b").Blocked)
+}
+
+// A REPEATABLE READ enqueue whose snapshot predates the completion that moved a contiguous
+// key's next seq cannot leave the key holding a job it could run: it fails with a
+// serialization error, and the enqueue is retried on a fresh snapshot.
+func TestContiguousEnqueueRepeatableReadAfterCompletion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, contiguous(policy.GapWait, 0, policy.Block))
+	b.enqueue(t, "k", 1)
+	j1 := b.claimOne(t, b.client)
+	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	_, err = tx.Exec(b.ctx, `SELECT count(*) FROM ordered_jobs`) // takes the snapshot
+	require.NoError(t, err)
+	require.NoError(t, b.client.Complete(b.ctx, j1))
+
+	_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: "k", Seq: 2})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "40001", pgErr.Code)
+	require.NoError(t, tx.Rollback(b.ctx))
+	b.enqueue(t, "k", 2)
+	require.EqualValues(t, 2, b.claimOne(t, b.client).Seq)
 }
