@@ -550,7 +550,7 @@ func TestContiguousEnqueueRepeatableReadAfterCompletion(t *testing.T) {
 	j1 := b.claimOne(t, b.client)
 	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
-	defer tx.Rollback(b.ctx) //nolint:errcheck
+	defer tx.Rollback(b.ctx)                                     //nolint:errcheck
 	_, err = tx.Exec(b.ctx, `SELECT count(*) FROM ordered_jobs`) // takes the snapshot
 	require.NoError(t, err)
 	require.NoError(t, b.client.Complete(b.ctx, j1))
