@@ -94,7 +94,15 @@ func mapDBError(err error) error {
 	case codeLeaseLost:
 		return &schemaError{kind: ErrLeaseLost, msg: message}
 	case codeSequenceMismatch:
-		return &schemaError{kind: ErrSequenceMismatch, msg: message}
+		mismatch := &SequenceMismatchError{msg: message}
+		var d struct {
+			Key        string `json:"key"`
+			Contiguous bool   `json:"contiguous"`
+		}
+		if json.Unmarshal([]byte(detail), &d) == nil {
+			mismatch.Key, mismatch.Contiguous = d.Key, d.Contiguous
+		}
+		return mismatch
 	case codeNotContiguous:
 		return &schemaError{kind: ErrNotContiguous, msg: message}
 	}

@@ -42,6 +42,19 @@ var ErrLaterJobRunning = errors.New("ordered: a later job of the key is running"
 // key keeps its mode for good.
 var ErrSequenceMismatch = errors.New("ordered: sequence mode mismatch")
 
+// SequenceMismatchError is ErrSequenceMismatch for one key: Contiguous is the mode the key was
+// created with.
+type SequenceMismatchError struct {
+	Key        string
+	Contiguous bool
+	msg        string
+}
+
+func (e *SequenceMismatchError) Error() string { return e.msg }
+
+// Is reports whether target is ErrSequenceMismatch.
+func (e *SequenceMismatchError) Is(target error) bool { return target == ErrSequenceMismatch }
+
 // ErrNotContiguous occurs when a gap is released for a key that does not exist or is not
 // contiguous.
 var ErrNotContiguous = errors.New("ordered: not a contiguous key")

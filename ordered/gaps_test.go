@@ -326,6 +326,9 @@ func TestSequenceModeMismatchRefused(t *testing.T) {
 
 	_, err = plain.Enqueue(b.ctx, ordered.Event{Key: "cont", Seq: 3})
 	require.ErrorIs(t, err, ordered.ErrSequenceMismatch)
+	var mismatch *ordered.SequenceMismatchError
+	require.ErrorAs(t, err, &mismatch)
+	require.Equal(t, ordered.SequenceMismatchError{Key: "cont", Contiguous: true}, ordered.SequenceMismatchError{Key: mismatch.Key, Contiguous: mismatch.Contiguous})
 	_, err = plain.EnqueueMany(b.ctx, []ordered.Event{{Key: "cont", Seq: 4}, {Key: "cont", Seq: 1}})
 	require.ErrorIs(t, err, ordered.ErrSequenceMismatch)
 	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "plain", Seq: 6})
