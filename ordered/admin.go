@@ -152,6 +152,11 @@ type Stats struct {
 	OldestReady time.Duration
 	// CountedAt is when the counts were taken; zero when shared counts were never taken.
 	CountedAt time.Time
+	// GapKeys counts the contiguous keys waiting on a gap; GapBlockedKeys those of them that
+	// their gap policy blocked for an operator. OldestGap is how long the oldest gap has held
+	// its key (0: none).
+	GapKeys, GapBlockedKeys int64
+	OldestGap               time.Duration
 }
 
 // Stats counts the queue's jobs. It reads the whole table: on a deep queue, call it no more
@@ -179,6 +184,8 @@ func statsOf(s store.QueueStats, err error) (Stats, error) {
 		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed, Blocked: s.Blocked,
 		BlockedKeys: s.BlockedKeys, ExpiredLeases: s.ExpiredLeases,
 		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)), CountedAt: countedAt,
+		GapKeys: s.GapKeys, GapBlockedKeys: s.GapBlockedKeys,
+		OldestGap: time.Duration(s.OldestGapSeconds * float64(time.Second)),
 	}, nil
 }
 

@@ -46,6 +46,12 @@ type Config struct {
 	// Default policy.Always(policy.Block).
 	Policy policy.Policy
 
+	// Sequence gives each key its sequence mode, fixed when the key's first event is
+	// enqueued: the default (nil: every key), or contiguous with a gap policy (see
+	// policy.Sequence and docs/design.md, "Contiguous keys and gaps"). A batch whose keys
+	// are of several modes is sent as one statement per mode, in one transaction.
+	Sequence policy.Sequencer
+
 	// Backoff spaces the retries of a job. Default policy.Exponential{} (1s doubling to 1h).
 	Backoff policy.Backoff
 

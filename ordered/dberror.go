@@ -17,6 +17,8 @@ const (
 	codeDuplicate        = "ORD05"
 	codeLeaseLost        = "ORD06"
 	codeInvalidEvent     = "ORD07"
+	codeSequenceMismatch = "ORD08"
+	codeNotContiguous    = "ORD09"
 )
 
 // fieldError is the error shape of database/sql drivers other than pgx (bun's pgdriver).
@@ -91,6 +93,18 @@ func mapDBError(err error) error {
 		return &schemaError{kind: ErrNotFailed, msg: message}
 	case codeLeaseLost:
 		return &schemaError{kind: ErrLeaseLost, msg: message}
+	case codeSequenceMismatch:
+		mismatch := &SequenceMismatchError{msg: message}
+		var d struct {
+			Key        string `json:"key"`
+			Contiguous bool   `json:"contiguous"`
+		}
+		if json.Unmarshal([]byte(detail), &d) == nil {
+			mismatch.Key, mismatch.Contiguous = d.Key, d.Contiguous
+		}
+		return mismatch
+	case codeNotContiguous:
+		return &schemaError{kind: ErrNotContiguous, msg: message}
 	}
 	return err
 }

@@ -2,12 +2,14 @@ package ordered
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
+	"github.com/orderedq/ordered/policy"
 )
 
 // Event is one event to enqueue. Its key's events run one at a time, in Seq order.
@@ -63,9 +66,9 @@ func (c *Client) Enqueue(ctx context.Context, ev Event) (EnqueueResult, error) {
 // A batch that meets a session on a server that takes no writes (SQLSTATE 25006: a standby,
 // or a primary demoted in place) is sent once more, on a new session (see Client).
 func (c *Client) EnqueueMany(ctx context.Context, events []Event) ([]EnqueueResult, error) {
-	results, err := c.enqueue(ctx, c.db, events)
+	results, err := c.enqueue(ctx, nil, events)
 	if isReadOnly(err) && ctx.Err() == nil {
-		results, err = c.enqueue(ctx, c.db, events)
+		results, err = c.enqueue(ctx, nil, events)
 	}
 	return results, err
 }
@@ -98,22 +101,28 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 	if err != nil {
 		return nil, err
 	}
-	batchJSON, err := b.json()
-	if err != nil {
-		return nil, err
-	}
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	rows, err := scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, string(batchJSON),
-		b.columns.MaxKeyBytesLimit, b.columns.MaxAttemptsDefault)...))
-	if err != nil {
-		return nil, b.dbError(err)
+	rows := make([][]store.EnqueuedJob, len(b.parts))
+	for k := range b.parts {
+		cols := &b.parts[k].columns
+		batchJSON, err := b.parts[k].json()
+		if err != nil {
+			return nil, err
+		}
+		rows[k], err = scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, append([]any{string(batchJSON),
+			cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault}, cols.SequenceArgs()...)...)...))
+		if err != nil {
+			return nil, b.dbError(k, err)
+		}
 	}
 	return b.results(rows), nil
 }
 
-func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]EnqueueResult, error) {
+// enqueue enqueues a batch in tx, or (tx nil) on the client's pool: in one statement, or in
+// a transaction of its own when the batch's keys are of several sequence modes.
+func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []EnqueueResult, err error) {
 	b, err := c.encodeBatch(events)
 	if err != nil {
 		return nil, err
@@ -121,26 +130,62 @@ func (c *Client) enqueue(ctx context.Context, db store.DBTX, events []Event) ([]
 	if err := c.admit(ctx, len(b.unique)); err != nil {
 		return nil, err
 	}
-	rows, err := store.JobEnqueueMany(ctx, c.in(db), &b.columns)
-	if err != nil {
-		resetIfReadOnly(c.pool, err)
-		return nil, b.dbError(err)
+	db := c.db
+	if tx != nil {
+		db = c.in(tx)
+	} else if len(b.parts) > 1 {
+		own, err := c.pool.Begin(ctx)
+		if err != nil {
+			resetIfReadOnly(c.pool, err)
+			return nil, err
+		}
+		defer func() {
+			if err == nil {
+				err = own.Commit(ctx)
+				resetIfReadOnly(c.pool, err)
+				err = mapDBError(err)
+			}
+			if err != nil {
+				_ = own.Rollback(context.WithoutCancel(ctx))
+			}
+		}()
+		db = c.in(own)
+	}
+	rows := make([][]store.EnqueuedJob, len(b.parts))
+	for k := range b.parts {
+		if rows[k], err = store.JobEnqueueMany(ctx, db, &b.parts[k].columns); err != nil {
+			resetIfReadOnly(c.pool, err)
+			return nil, b.dbError(k, err)
+		}
 	}
 	return b.results(rows), nil
 }
 
-// encodedBatch is a validated batch as sent to the database. An event repeated within the
-// batch with the same content is sent once; its repeats report the same job, as duplicates.
+// encodedBatch is a validated batch as sent to the database: one part per sequence mode of
+// its keys (Config.Sequence), each one statement. An event repeated within the batch with the
+// same content is sent once; its repeats report the same job, as duplicates.
 type encodedBatch struct {
-	columns store.EnqueueBatch
-	unique  []int // unique[i]: the position in the batch of the i-th event sent
-	sentAs  []int // sentAs[i]: the index in unique of event i
+	parts  []batchPart
+	unique []int // unique[u]: the position in the batch of the u-th event sent
+	sentAs []int // sentAs[i]: the index in unique of event i
+	// where[u]: the part and the position in it of the u-th event sent, until the parts
+	// are sorted
+	where [][2]int
 }
 
-func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
+// batchPart is the events of a batch whose keys have one sequence mode.
+type batchPart struct {
+	sequence policy.Sequence
+	columns  store.EnqueueBatch
+	sent     []int // sent[p]: the index in unique of the part's p-th event
+}
+
+func (b *encodedBatch) results(rows [][]store.EnqueuedJob) []EnqueueResult {
 	sent := make([]EnqueueResult, len(b.unique))
-	for _, r := range rows {
-		sent[r.Ord-1] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate, Archived: r.Archived()}
+	for k, part := range rows {
+		for _, r := range part {
+			sent[b.parts[k].sent[r.Ord-1]] = EnqueueResult{ID: r.ID, Duplicate: r.Duplicate, Archived: r.Archived()}
+		}
 	}
 	results := make([]EnqueueResult, len(b.sentAs))
 	for i, u := range b.sentAs {
@@ -152,25 +197,26 @@ func (b *encodedBatch) results(rows []store.EnqueuedJob) []EnqueueResult {
 	return results
 }
 
-// dbError maps a database error to the package's, naming the event of a conflicting
-// duplicate or an invalid event by its index in the batch rather than in what was sent.
-func (b *encodedBatch) dbError(err error) error {
+// dbError maps a database error of part k to the package's, naming the event of a
+// conflicting duplicate or an invalid event by its index in the batch rather than in what was
+// sent.
+func (b *encodedBatch) dbError(k int, err error) error {
 	err = mapDBError(err)
 	var dup *DuplicateConflictError
 	var invalid *InvalidEventError
 	switch {
 	case errors.As(err, &dup):
-		dup.Index = b.batchIndex(dup.Index)
+		dup.Index = b.batchIndex(k, dup.Index)
 	case errors.As(err, &invalid):
-		invalid.Index = b.batchIndex(invalid.Index)
+		invalid.Index = b.batchIndex(k, invalid.Index)
 	}
 	return err
 }
 
-// batchIndex maps an index into what was sent to the batch's; one out of range stays.
-func (b *encodedBatch) batchIndex(sent int) int {
-	if sent >= 0 && sent < len(b.unique) {
-		return b.unique[sent]
+// batchIndex maps an index into what part k sent to the batch's; one out of range stays.
+func (b *encodedBatch) batchIndex(k, sent int) int {
+	if sent >= 0 && sent < len(b.parts[k].sent) {
+		return b.unique[b.parts[k].sent[sent]]
 	}
 	return sent
 }
@@ -185,9 +231,9 @@ type wireEvent struct {
 	MaxAttempts int32           `json:"max_attempts"`
 }
 
-// json encodes the batch for ordered_enqueue, the form database/sql callers send.
-func (b *encodedBatch) json() ([]byte, error) {
-	c := &b.columns
+// json encodes the part for ordered_enqueue, the form database/sql callers send.
+func (p *batchPart) json() ([]byte, error) {
+	c := &p.columns
 	wire := make([]wireEvent, len(c.Keys))
 	for i := range wire {
 		wire[i] = wireEvent{Key: c.Keys[i], Seq: c.Seqs[i], Kind: c.Kinds[i], Payload: json.RawMessage(c.Payloads[i]),
@@ -198,7 +244,9 @@ func (b *encodedBatch) json() ([]byte, error) {
 
 // encodeBatch validates events and lays them out for the database. The whole batch is checked
 // before anything is sent, so a bad event writes nothing. A repeat of an earlier event of the
-// batch is compared with it: the same content is sent once, a different one is an error.
+// batch is compared with it: the same content is sent once, a different one is an error. The
+// parts are in a fixed order (the default mode first, then by first seq and gap policy), so
+// that transactions of batches of several modes lock their keys in one order.
 func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	if len(events) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidEvent)
@@ -209,10 +257,13 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 	}
 	b := &encodedBatch{sentAs: make([]int, len(events))}
 	seen := make(map[identity]int, len(events))
-	cols := &b.columns
-	cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault = int32(c.cfg.MaxKeyBytes), int32(c.cfg.MaxAttempts)
+	partOf := map[policy.Sequence]int{}
 	for i, ev := range events {
 		if err := c.validateEvent(i, ev); err != nil {
+			return nil, err
+		}
+		sequence, err := c.sequenceOf(i, ev.Key)
+		if err != nil {
 			return nil, err
 		}
 		payload := string(ev.Payload)
@@ -227,15 +278,25 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 		maxAttempts := int32(cmpOr(ev.MaxAttempts, c.cfg.MaxAttempts))
 		id := identity{ev.Key, ev.Seq}
 		if u, ok := seen[id]; ok {
-			if field := differsFromSent(cols, u, payload, ev.Kind, runAt, maxAttempts); field != "" {
+			if field := b.differsFromSent(u, payload, ev.Kind, runAt, maxAttempts); field != "" {
 				return nil, &DuplicateConflictError{Index: i, Key: ev.Key, Seq: ev.Seq, Field: field}
 			}
 			b.sentAs[i] = u
 			continue
 		}
+		k, ok := partOf[sequence]
+		if !ok {
+			k = len(b.parts)
+			partOf[sequence] = k
+			b.parts = append(b.parts, c.newPart(sequence))
+		}
+		part := &b.parts[k]
 		seen[id] = len(b.unique)
 		b.sentAs[i] = len(b.unique)
+		b.where = append(b.where, [2]int{k, len(part.sent)})
+		part.sent = append(part.sent, len(b.unique))
 		b.unique = append(b.unique, i)
+		cols := &part.columns
 		cols.Keys = append(cols.Keys, ev.Key)
 		cols.Seqs = append(cols.Seqs, ev.Seq)
 		cols.Kinds = append(cols.Kinds, ev.Kind)
@@ -243,12 +304,59 @@ func (c *Client) encodeBatch(events []Event) (*encodedBatch, error) {
 		cols.RunAts = append(cols.RunAts, runAt)
 		cols.MaxAttempts = append(cols.MaxAttempts, maxAttempts)
 	}
+	slices.SortStableFunc(b.parts, func(x, y batchPart) int { return compareSequences(x.sequence, y.sequence) })
 	return b, nil
+}
+
+// newPart is an empty part for the keys of one sequence mode.
+func (c *Client) newPart(sequence policy.Sequence) batchPart {
+	p := batchPart{sequence: sequence}
+	p.columns.MaxKeyBytesLimit, p.columns.MaxAttemptsDefault = int32(c.cfg.MaxKeyBytes), int32(c.cfg.MaxAttempts)
+	if sequence.Contiguous {
+		first := sequence.First
+		p.columns.FirstSeq, p.columns.GapAction = &first, sequence.Gap.Action.String()
+		if sequence.Gap.Action != policy.GapWait {
+			timeout := sequence.Gap.Timeout
+			p.columns.GapTimeout = &timeout
+		}
+	}
+	return p
+}
+
+// compareSequences orders sequence modes: the default first, then by first seq, gap action
+// and timeout.
+func compareSequences(x, y policy.Sequence) int {
+	if x.Contiguous != y.Contiguous {
+		if !x.Contiguous {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(cmp.Compare(x.First, y.First), cmp.Compare(x.Gap.Action, y.Gap.Action), cmp.Compare(x.Gap.Timeout, y.Gap.Timeout))
+}
+
+// sequenceOf is the Sequence that Config.Sequence gives key (the default mode without one).
+func (c *Client) sequenceOf(i int, key string) (policy.Sequence, error) {
+	if c.cfg.Sequence == nil {
+		return policy.Sequence{}, nil
+	}
+	s := c.cfg.Sequence.Sequence(key)
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("%w: event %d (key %q): Config.Sequence: %v", ErrInvalidEvent, i, key, err)
+	}
+	return s, nil
 }
 
 // differsFromSent names the first field in which an event differs from the u-th event sent
 // ("payload", "kind", "run_at", "max_attempts"), as the database compares them, or returns "".
-func differsFromSent(cols *store.EnqueueBatch, u int, payload, kind string, runAt *time.Time, maxAttempts int32) string {
+func (b *encodedBatch) differsFromSent(u int, payload, kind string, runAt *time.Time, maxAttempts int32) string {
+	w := b.where[u]
+	return differsFromColumns(&b.parts[w[0]].columns, w[1], payload, kind, runAt, maxAttempts)
+}
+
+// differsFromColumns names the first field in which an event differs from the u-th event of
+// cols ("payload", "kind", "run_at", "max_attempts"), as the database compares them, or "".
+func differsFromColumns(cols *store.EnqueueBatch, u int, payload, kind string, runAt *time.Time, maxAttempts int32) string {
 	sentRunAt := cols.RunAts[u]
 	switch {
 	case !jsonEqual(cols.Payloads[u], payload):

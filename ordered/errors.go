@@ -37,6 +37,32 @@ var ErrReplayOutOfOrder = errors.New("ordered: replay would run out of order")
 // two jobs of one key never run at once, so wait until it has finished.
 var ErrLaterJobRunning = errors.New("ordered: a later job of the key is running")
 
+// ErrSequenceMismatch occurs when events are enqueued for a key in another sequence mode than
+// the key was created with (contiguous or not, see Config.Sequence): nothing was written. A
+// key keeps its mode for good.
+var ErrSequenceMismatch = errors.New("ordered: sequence mode mismatch")
+
+// SequenceMismatchError is ErrSequenceMismatch for one key: Contiguous is the mode the key was
+// created with.
+type SequenceMismatchError struct {
+	Key        string
+	Contiguous bool
+	msg        string
+}
+
+func (e *SequenceMismatchError) Error() string { return e.msg }
+
+// Is reports whether target is ErrSequenceMismatch.
+func (e *SequenceMismatchError) Is(target error) bool { return target == ErrSequenceMismatch }
+
+// ErrNotContiguous occurs when a gap is released for a key that does not exist or is not
+// contiguous.
+var ErrNotContiguous = errors.New("ordered: not a contiguous key")
+
+// ErrNoGap occurs when a gap is released for a contiguous key that misses no seq below an
+// open job: nothing changed.
+var ErrNoGap = errors.New("ordered: the key has no gap")
+
 // ErrBacklogFull occurs when an enqueue would take the queue past Config.MaxBacklog queued jobs;
 // nothing was written. Retry later, or shed load.
 var ErrBacklogFull = errors.New("ordered: backlog full")

@@ -228,7 +228,7 @@ func enqueueBuffers(t *testing.T, b *testBundle, key string, seq int64) int {
 	require.NoError(t, err)
 	var out []byte
 	require.NoError(t, tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+store.JobEnqueueJSONSQL, string(batch),
-		ordered.MaxKeyBytesDefault, ordered.MaxAttemptsDefault).Scan(&out))
+		ordered.MaxKeyBytesDefault, ordered.MaxAttemptsDefault, nil, "wait", nil).Scan(&out))
 	var doc []struct {
 		Plan struct {
 			SharedHit  int `json:"Shared Hit Blocks"`

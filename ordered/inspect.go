@@ -115,6 +115,9 @@ type KeyTimeline struct {
 	// Gaps are the seqs missing between the page's jobs (and, on the first page, between the
 	// archived history and the first job): never enqueued, as far as the queue knows.
 	Gaps []SeqGap
+	// Passed are the ranges a contiguous key passed as gaps (see Client.ReleaseGap), latest
+	// first, as many as the page's Limit.
+	Passed []PassedGap
 	// NextSeq is the FromSeq of the next page; -1 when this is the last.
 	NextSeq int64
 }
@@ -154,6 +157,9 @@ func (c *Client) KeyTimeline(ctx context.Context, key string, p KeyTimelineParam
 		}
 		prev, check = r.Seq, true
 		t.Jobs = append(t.Jobs, jobRecordOf(r))
+	}
+	if t.Passed, err = c.PassedGaps(ctx, key, limit); err != nil {
+		return t, fmt.Errorf("ordered: key timeline: %w", err)
 	}
 	return t, nil
 }

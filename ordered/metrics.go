@@ -50,13 +50,17 @@ type queueGauges struct {
 	blockedKeys   prometheus.Gauge
 	expiredLeases prometheus.Gauge
 	countedAt     prometheus.Gauge
+	gapKeys       prometheus.Gauge
+	gapBlocked    prometheus.Gauge
+	oldestGap     prometheus.Gauge
 
 	mu     sync.Mutex
 	schema string // the first queue shown; "" until then
 }
 
 func (g *queueGauges) collectors() []prometheus.Collector {
-	return []prometheus.Collector{g.jobs, g.oldestReady, g.blockedKeys, g.expiredLeases, g.countedAt}
+	return []prometheus.Collector{g.jobs, g.oldestReady, g.blockedKeys, g.expiredLeases, g.countedAt,
+		g.gapKeys, g.gapBlocked, g.oldestGap}
 }
 
 func (g *queueGauges) Describe(ch chan<- *prometheus.Desc) {
@@ -127,6 +131,9 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*metrics, 
 			blockedKeys:   gauge("ordered_blocked_keys", "Keys held by a blocked job, as of the last maintenance pass."),
 			expiredLeases: gauge("ordered_expired_leases", "Running jobs whose lease has expired, as of the last maintenance pass."),
 			countedAt:     gauge("ordered_jobs_counted_timestamp_seconds", "When the counts behind the queue-wide gauges were taken (Unix time)."),
+			gapKeys:       gauge("ordered_gap_keys", "Contiguous keys waiting on a gap (a missing seq), as of the last maintenance pass."),
+			gapBlocked:    gauge("ordered_gap_blocked_keys", "Contiguous keys whose gap policy blocked them for an operator, as of the last maintenance pass."),
+			oldestGap:     gauge("ordered_oldest_gap_age_seconds", "How long the oldest open gap has held its key (0: none), as of the last maintenance pass."),
 		},
 	}
 	if reg != nil {
@@ -187,4 +194,7 @@ func (m *metrics) observeStats(log *slog.Logger, schema string, s Stats) {
 	g.blockedKeys.Set(float64(s.BlockedKeys))
 	g.expiredLeases.Set(float64(s.ExpiredLeases))
 	g.countedAt.Set(float64(s.CountedAt.UnixNano()) / 1e9)
+	g.gapKeys.Set(float64(s.GapKeys))
+	g.gapBlocked.Set(float64(s.GapBlockedKeys))
+	g.oldestGap.Set(s.OldestGap.Seconds())
 }

@@ -47,6 +47,9 @@ func (w *Worker) maintainer() *maintenance.Maintainer {
 				w.metrics.failures.WithLabelValues(d.String()).Inc()
 			})
 		},
+		ExpireGaps: func(ctx context.Context) (int, error) {
+			return w.db.ExpireGaps(ctx, GapExpireBatchDefault)
+		},
 		ArchiveBatch: ArchiveBatchDefault,
 		RefreshStats: w.refreshStats,
 		Wake:         w.signal,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -70,4 +71,75 @@ func TestAdminOutputEscapesKeysAndErrors(t *testing.T) {
 	_, err = os.Stat(missing)
 	require.True(t, errors.Is(err, os.ErrNotExist))
 
+}
+
+// `ordered gaps` lists the contiguous keys waiting on a gap, `gaps release` passes their
+// missing ranges (a key without one is refused, and the exit status says so), and `status`
+// counts them.
+func TestGapsCommand(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	_, err := q.Pool.Exec(ctx, `SELECT * FROM ordered_enqueue('[{"key":"cust-1","seq":3},{"key":"cust-2","seq":1}]', p_first_seq => 1)`)
+	require.NoError(t, err)
+
+	r := runCLI(t, q.URL, "", "gaps")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^cust-1 +1 +1-2 +\d+s +wait +- +1$`, r.stdout)
+	require.NotContains(t, r.stdout, "cust-2")
+	r = runCLI(t, q.URL, "", "gaps", "--json")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"missing": {`+"\n"+`        "from": 1,`)
+	r = runCLI(t, q.URL, "", "status")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "keys waiting on a gap  1 (0 blocked)")
+
+	r = runCLI(t, q.URL, "", "gaps", "release", "cust-1", "cust-2", "nope")
+	requireOneLineError(t, r)
+	require.Equal(t, "released key cust-1: passed seqs 1-2\n"+
+		"refused: the key has no gap: key \"cust-2\" misses no seq below an open job\n"+
+		"refused: key nope is not a contiguous key\n", r.stdout)
+	require.Equal(t, "ordered: released 1 of 3 keys; refused: cust-2, nope\n", r.stderr)
+
+	r = runCLI(t, q.URL, "", "gaps", "--key", "cust-1")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^cust-1 +3 +- +no +wait +- +1$`, r.stdout)
+	require.Regexp(t, `(?m)^cust-1 +1-2 +\S+ +released$`, r.stdout)
+}
+
+// enqueue --contiguous creates gap-aware keys: an event above a missing seq waits on the gap,
+// an event for the key in the default mode is refused with nothing enqueued, and flags that
+// do not make a sequence are refused by name before anything is read.
+func TestEnqueueContiguousFlags(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+
+	r := runCLI(t, q.URL, `{"key":"c","seq":2}`+"\n", "enqueue", "--contiguous", "--first-seq", "1",
+		"--gap", "proceed", "--gap-timeout", "1h")
+	require.Zero(t, r.code, r.stderr)
+	r = runCLI(t, q.URL, "", "gaps")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?m)^c +1 +1 +\d+s +proceed +1h0m0s +1$`, r.stdout)
+
+	r = runCLI(t, q.URL, `{"key":"d","seq":1}`+"\n"+`{"key":"c","seq":3}`+"\n", "enqueue")
+	requireOneLineError(t, r)
+	require.Contains(t, r.stderr, "line 2")
+	require.Contains(t, r.stderr, "sequence mode mismatch")
+	var n int
+	require.NoError(t, q.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ordered_jobs`).Scan(&n))
+	require.Equal(t, 1, n, "a refused input enqueued something")
+
+	for args, want := range map[string]string{
+		"--gap proceed":                "--gap proceed needs a positive --gap-timeout",
+		"--gap later --gap-timeout 1s": `--gap "later": want wait, proceed or block`,
+		"--gap-timeout 1s":             "--gap-timeout needs --gap proceed or --gap block",
+		"--first-seq -1":               "--first-seq -1: must be 0 or more",
+	} {
+		r = runCLI(t, q.URL, `{"key":"e","seq":1}`+"\n", append([]string{"enqueue", "--contiguous"}, strings.Fields(args)...)...)
+		requireOneLineError(t, r)
+		require.Contains(t, r.stderr, want, args)
+	}
+	r = runCLI(t, q.URL, `{"key":"e","seq":1}`+"\n", "enqueue", "--first-seq", "1")
+	requireOneLineError(t, r)
+	require.Contains(t, r.stderr, "need --contiguous")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/orderedq/ordered/internal/pgcluster"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/history"
+	"github.com/orderedq/ordered/policy"
 )
 
 // appName marks the workers' connections, the targets of the connection faults.
@@ -38,8 +39,11 @@ type run struct {
 	procs     []*exec.Cmd
 	// enqueued are the run's events, expected the poison ones among them.
 	enqueued, expected []history.ID
-	kills              []kill
-	res                result
+	// gapFill are the events of the contiguous keys held back until the workers run, so
+	// that those keys wait on gaps while they are filled in random order (see enqueue).
+	gapFill []ordered.Event
+	kills   []kill
+	res     result
 	// command, when set, is the user's command the workers run, and effects the file it
 	// records its effects in (see RunExec).
 	command, effects string
@@ -64,6 +68,9 @@ func runOne(ctx context.Context, cluster *pgcluster.Cluster, o Options, pol stri
 	}
 	defer r.killWorkers()
 	if err := r.startWorkers(); err != nil {
+		return r.res, err
+	}
+	if err := r.enqueueGapFill(ctx); err != nil {
 		return r.res, err
 	}
 	if err := r.injectFaults(ctx); err != nil {
@@ -119,8 +126,67 @@ func (r *run) enqueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = client.EnqueueMany(ctx, events)
+	if _, err = client.EnqueueMany(ctx, events); err != nil {
+		return err
+	}
+	return r.enqueueGapped(ctx)
+}
+
+// gapKeys is how many contiguous keys a run has, beside its o.Keys keys.
+func (r *run) gapKeys() int { return max(2, r.o.Keys/10) }
+
+// contiguousClient enqueues into contiguous keys from seq 0 whose gaps wait.
+func (r *run) contiguousClient() (*ordered.Client, error) {
+	return ordered.NewClient(r.pool, &ordered.Config{
+		Sequence: policy.AllKeys(policy.Sequence{Contiguous: true}),
+	})
+}
+
+// enqueueGapped enqueues the odd seqs of the contiguous keys, shuffled, and keeps the even
+// ones for enqueueGapFill: until those arrive, each key waits on a gap at its next seq.
+func (r *run) enqueueGapped(ctx context.Context) error {
+	var odd []ordered.Event
+	for k := range r.gapKeys() {
+		key := fmt.Sprintf("gap-%03d", k)
+		for s := range r.o.PerKey {
+			p := harness.Script{}
+			if r.rng.IntN(100) < 5 {
+				p.FailAttempts = 1
+			}
+			body, _ := json.Marshal(p)
+			ev := ordered.Event{Key: key, Seq: int64(s), Payload: body, MaxAttempts: 10}
+			if s%2 == 1 {
+				odd = append(odd, ev)
+			} else {
+				r.gapFill = append(r.gapFill, ev)
+			}
+			r.enqueued = append(r.enqueued, history.ID{Key: key, Seq: int64(s)})
+		}
+	}
+	r.rng.Shuffle(len(odd), func(i, j int) { odd[i], odd[j] = odd[j], odd[i] })
+	r.rng.Shuffle(len(r.gapFill), func(i, j int) { r.gapFill[i], r.gapFill[j] = r.gapFill[j], r.gapFill[i] })
+	client, err := r.contiguousClient()
+	if err != nil {
+		return err
+	}
+	_, err = client.EnqueueMany(ctx, odd)
 	return err
+}
+
+// enqueueGapFill enqueues the held-back seqs of the contiguous keys in random order, a few at
+// a time, while the workers run: none may be refused as late, and each key must run in seq
+// order (the history check).
+func (r *run) enqueueGapFill(ctx context.Context) error {
+	client, err := r.contiguousClient()
+	if err != nil {
+		return err
+	}
+	for lo := 0; lo < len(r.gapFill); lo += 3 {
+		if _, err := client.EnqueueMany(ctx, r.gapFill[lo:min(lo+3, len(r.gapFill))]); err != nil {
+			return fmt.Errorf("enqueue into contiguous keys: %w", err)
+		}
+	}
+	return nil
 }
 
 // spawn starts a worker process.

@@ -8,12 +8,18 @@
 -- run_at that is not an RFC 3339 time PostgreSQL can store). Those of an event are reported
 -- before the problems of its values, and after every problem of an earlier event.
 --
+-- p_first_seq, p_gap_action and p_gap_timeout make the call's keys contiguous, as they do for
+-- ordered_enqueue_events.
+--
 -- Each value is converted only once its form is checked, so no cast can fail: the first bad
 -- event is found in one pass over the array.
 CREATE OR REPLACE FUNCTION ordered_enqueue(p_events jsonb,
                                            p_max_key_bytes integer DEFAULT 255,
                                            p_max_payload_bytes integer DEFAULT 1048576,
-                                           p_max_attempts integer DEFAULT 25)
+                                           p_max_attempts integer DEFAULT 25,
+                                           p_first_seq bigint DEFAULT NULL,
+                                           p_gap_action text DEFAULT 'wait',
+                                           p_gap_timeout interval DEFAULT NULL)
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -98,8 +104,9 @@ BEGIN
             LIMIT 1), v_bad));
     END IF;
     RETURN QUERY SELECT e.ord, e.id, e.duplicate
-                 FROM ordered_enqueue_events(v_events, p_max_key_bytes, p_max_payload_bytes, p_max_attempts) AS e;
+                 FROM ordered_enqueue_events(v_events, p_max_key_bytes, p_max_payload_bytes, p_max_attempts,
+                                             p_first_seq, p_gap_action, p_gap_timeout) AS e;
 END
 $$;
-COMMENT ON FUNCTION ordered_enqueue(jsonb, integer, integer, integer) IS
-'Enqueues events given as a JSON array in the caller''s transaction, all or nothing: ordered_enqueue(''[{"key": "cust-42", "seq": 7, "kind": "invoice.paid", "payload": {...}, "run_at": "2026-01-02T15:04:05Z", "max_attempts": 10}]'') returns (ord, id, duplicate) per event, in order. Only key and seq are required; field names are exact. Errors: ORD07 invalid event, ORD05 duplicate with different content, ORD01 late event; DETAIL is JSON. Optional limits default to the Go client''s: p_max_key_bytes 255, p_max_payload_bytes 1048576, p_max_attempts 25. See docs/sql.md.';
+COMMENT ON FUNCTION ordered_enqueue(jsonb, integer, integer, integer, bigint, text, interval) IS
+'Enqueues events given as a JSON array in the caller''s transaction, all or nothing: ordered_enqueue(''[{"key": "cust-42", "seq": 7, "kind": "invoice.paid", "payload": {...}, "run_at": "2026-01-02T15:04:05Z", "max_attempts": 10}]'') returns (ord, id, duplicate) per event, in order. Only key and seq are required; field names are exact. Errors: ORD07 invalid event, ORD05 duplicate with different content, ORD01 late event; DETAIL is JSON. Optional limits default to the Go client''s: p_max_key_bytes 255, p_max_payload_bytes 1048576, p_max_attempts 25. Contiguous keys (gap-aware): p_first_seq (null: the default mode), p_gap_action wait|proceed|block, p_gap_timeout; ORD08 mode mismatch. See docs/sql.md.';

@@ -24,10 +24,19 @@
 -- refresh; it has started by then, and the refresh (which keeps only running heads) demoted it.
 -- Jobs must be written through this function only: it keeps (key, seq) unique across open and
 -- finished jobs.
+--
+-- p_first_seq makes the call's keys contiguous (gap-aware; null: the default mode): a key
+-- created by the call starts its sequence at p_first_seq, with the gap policy p_gap_action
+-- ('wait', or 'proceed' or 'block' after p_gap_timeout). A key keeps the mode, first seq and
+-- gap policy it was created with; a call of the other mode raises ORD08 and writes nothing.
+-- An event of a contiguous key below its next seq that is not stored is late (ORD01).
 CREATE OR REPLACE FUNCTION ordered_enqueue_events(p_events ordered_event[],
                                                   p_max_key_bytes integer DEFAULT 255,
                                                   p_max_payload_bytes integer DEFAULT 1048576,
-                                                  p_max_attempts integer DEFAULT 25)
+                                                  p_max_attempts integer DEFAULT 25,
+                                                  p_first_seq bigint DEFAULT NULL,
+                                                  p_gap_action text DEFAULT 'wait',
+                                                  p_gap_timeout interval DEFAULT NULL)
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -55,6 +64,8 @@ DECLARE
     v_event ordered_event;
     v_id bigint;
     v_wake boolean;
+    v_next_seq bigint;
+    v_mismatch text;
 BEGIN
     IF coalesce(cardinality(p_events), 0) = 0 THEN
         RETURN; -- an empty call (or a null array) enqueues nothing
@@ -66,6 +77,18 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         RAISE EXCEPTION 'ordered: p_max_attempts must be at least 1, not %', coalesce(p_max_attempts::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_first_seq < 0 THEN
+        RAISE EXCEPTION 'ordered: p_first_seq must be 0 or more (or null: the default mode), not %', p_first_seq
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_first_seq IS NOT NULL AND (p_gap_action IS NULL OR p_gap_action NOT IN ('wait', 'proceed', 'block')) THEN
+        RAISE EXCEPTION 'ordered: p_gap_action must be wait, proceed or block, not %', coalesce(p_gap_action, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_first_seq IS NOT NULL AND p_gap_action = 'wait' AND p_gap_timeout IS NOT NULL THEN
+        RAISE EXCEPTION 'ordered: p_gap_timeout must be null for p_gap_action wait, not %', p_gap_timeout
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_first_seq IS NOT NULL AND p_gap_action <> 'wait' AND NOT coalesce(p_gap_timeout > interval '0', false) THEN
+        RAISE EXCEPTION 'ordered: p_gap_timeout must be positive for p_gap_action %, not %', p_gap_action, coalesce(p_gap_timeout::text, 'null')
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF array_ndims(p_events) > 1 THEN
         RAISE EXCEPTION 'ordered: p_events must be a one-dimensional array, not one of % dimensions', array_ndims(p_events)
@@ -91,13 +114,18 @@ BEGIN
     -- duplicate and not late, and it is the head exactly when the key has none (no open job).
     -- The upsert writes the key row only when the event is above seq_max; otherwise it leaves
     -- the row locked, and the steps below write it and decide.
-    IF cardinality(p_events) = 1 AND v_null_ord IS NULL THEN
+    IF cardinality(p_events) = 1 AND v_null_ord IS NULL AND p_first_seq IS NULL THEN
         v_event := p_events[array_lower(p_events, 1)];
         IF ordered_event_problem(false, v_event.key, v_event.seq, v_event.kind, v_event.payload, v_event.run_at,
                                  v_event.max_attempts, p_max_key_bytes, p_max_payload_bytes) IS NULL THEN
             INSERT INTO ordered_keys AS k (key, seq_max) VALUES (v_event.key, v_event.seq)
-            ON CONFLICT (key) DO UPDATE SET seq_max = excluded.seq_max WHERE k.seq_max < excluded.seq_max;
-            IF FOUND THEN
+            ON CONFLICT (key) DO UPDATE SET seq_max = excluded.seq_max WHERE k.seq_max < excluded.seq_max
+            RETURNING k.next_seq INTO v_next_seq;
+            IF FOUND AND v_next_seq IS NOT NULL THEN
+                RAISE EXCEPTION 'ordered: sequence mode mismatch: key % is contiguous, and the event was enqueued in the default mode', v_event.key
+                    USING ERRCODE = 'ORD08',
+                          DETAIL = json_build_object('key', v_event.key, 'contiguous', true)::text;
+            ELSIF FOUND THEN
                 -- A caller that keeps one snapshot locks the head it sees (see below).
                 IF current_setting('transaction_isolation') <> 'read committed' THEN
                     PERFORM 1 FROM ordered_jobs AS j WHERE j.key = v_event.key AND j.head FOR SHARE OF j;
@@ -129,16 +157,20 @@ BEGIN
     ), b AS (
         SELECT s.key, min(s.seq) AS seq_min, max(s.seq) AS seq_max, max(s.n) AS n_max FROM s GROUP BY s.key
     ), locked AS (
-        INSERT INTO ordered_keys AS k (key, seq_max)
-        SELECT b.key, b.seq_max FROM b WHERE (SELECT v.bad_ord FROM v) IS NULL ORDER BY b.key
+        INSERT INTO ordered_keys AS k (key, seq_max, next_seq, gap_action, gap_timeout)
+        SELECT b.key, b.seq_max, p_first_seq,
+               CASE WHEN p_first_seq IS NOT NULL THEN p_gap_action END,
+               CASE WHEN p_first_seq IS NOT NULL THEN p_gap_timeout END
+        FROM b WHERE (SELECT v.bad_ord FROM v) IS NULL ORDER BY b.key
         ON CONFLICT (key) DO UPDATE SET seq_max = greatest(k.seq_max, excluded.seq_max)
-        RETURNING k.key, k.archived_seq
+        RETURNING k.key, k.archived_seq, k.next_seq
     )
     SELECT (SELECT v.bad_ord FROM v),
            array_agg(l.key) FILTER (WHERE b.seq_min <= l.archived_seq),
            array_agg(l.archived_seq) FILTER (WHERE b.seq_min <= l.archived_seq),
-           bool_or(b.n_max > 1)
-    INTO v_bad_ord, v_archived_keys, v_archived_seqs, v_repeats
+           bool_or(b.n_max > 1),
+           min(l.key) FILTER (WHERE (l.next_seq IS NULL) <> (p_first_seq IS NULL))
+    INTO v_bad_ord, v_archived_keys, v_archived_seqs, v_repeats, v_mismatch
     FROM locked AS l JOIN b ON b.key = l.key;
     IF v_bad_ord IS NOT NULL THEN
         PERFORM ordered_enqueue_invalid(json_strip_nulls(json_build_object(
@@ -147,6 +179,15 @@ BEGIN
         CROSS JOIN LATERAL (SELECT ordered_event_problem(e.ord = v_null_ord, e.key, e.seq, e.kind, e.payload, e.run_at,
                                                          e.max_attempts, p_max_key_bytes, p_max_payload_bytes) AS problem) AS p
         WHERE e.ord = v_bad_ord;
+    END IF;
+    -- A key keeps the mode it was created with: a call of the other mode is refused, so that
+    -- no event is ordered otherwise than its producer asked.
+    IF v_mismatch IS NOT NULL THEN
+        RAISE EXCEPTION 'ordered: sequence mode mismatch: key % is %, and the events were enqueued %', v_mismatch,
+            CASE WHEN p_first_seq IS NULL THEN 'contiguous' ELSE 'in the default mode' END,
+            CASE WHEN p_first_seq IS NULL THEN 'in the default mode' ELSE 'as contiguous' END
+            USING ERRCODE = 'ORD08',
+                  DETAIL = json_build_object('key', v_mismatch, 'contiguous', p_first_seq IS NULL)::text;
     END IF;
 
     -- Repeats of a (key, seq) within the call (rare: the Go client sends each once) are
@@ -275,6 +316,27 @@ BEGIN
                   DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
                                              'later_seq', v_late.later_seq)::text;
     END IF;
+    -- Late in a contiguous key: below its next seq (every seq there has finished or was passed
+    -- as a gap) and not stored.
+    IF p_first_seq IS NOT NULL THEN
+        SELECT b.key, b.seq, n.next_seq AS later_seq
+        INTO v_late
+        FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
+              FROM unnest(v_events) AS e
+              WHERE e.existing_id IS NULL
+              ORDER BY e.key, e.seq) AS b
+        CROSS JOIN LATERAL (SELECT ordered_key_next_seq(b.key) AS next_seq) AS n
+        WHERE b.seq < n.next_seq
+        ORDER BY b.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'ordered: late event: key % seq % is below the key''s next seq %, all of whose earlier seqs have finished or were passed',
+                v_late.key, v_late.seq, v_late.later_seq
+                USING ERRCODE = 'ORD01',
+                      DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
+                                                 'later_seq', v_late.later_seq)::text;
+        END IF;
+    END IF;
 
     WITH inserted AS (
         INSERT INTO ordered_jobs (key, seq, kind, payload, available_at, max_attempts, run_at)
@@ -361,5 +423,5 @@ BEGIN
     ORDER BY b.ord;
 END
 $$;
-COMMENT ON FUNCTION ordered_enqueue_events(ordered_event[], integer, integer, integer) IS
-'Enqueues events in the caller''s transaction, all or nothing: ordered_enqueue_events(ARRAY[ROW(key, seq, kind, payload, run_at, max_attempts)::ordered_event, ...]) returns (ord, id, duplicate) per event, in order. Only key and seq are required. Errors: ORD07 invalid event, ORD05 duplicate with different content, ORD01 late event; DETAIL is JSON. Optional limits default to the Go client''s: p_max_key_bytes 255, p_max_payload_bytes 1048576, p_max_attempts 25. See docs/sql.md.';
+COMMENT ON FUNCTION ordered_enqueue_events(ordered_event[], integer, integer, integer, bigint, text, interval) IS
+'Enqueues events in the caller''s transaction, all or nothing: ordered_enqueue_events(ARRAY[ROW(key, seq, kind, payload, run_at, max_attempts)::ordered_event, ...]) returns (ord, id, duplicate) per event, in order. Only key and seq are required. Errors: ORD07 invalid event, ORD05 duplicate with different content, ORD01 late event; DETAIL is JSON. Optional limits default to the Go client''s: p_max_key_bytes 255, p_max_payload_bytes 1048576, p_max_attempts 25. Contiguous keys (gap-aware): p_first_seq (null: the default mode), p_gap_action wait|proceed|block, p_gap_timeout; ORD08 mode mismatch. See docs/sql.md.';

@@ -1,5 +1,7 @@
 -- ordered_heads_refresh makes head true for the lowest open job of each given key and false for
--- every other job of those keys. It never takes the head from a running job: when that would be
+-- every other job of those keys. Of a contiguous key, the lowest open job is the head only if
+-- its seq is at most the key's next seq (ordered_key_next_seq); otherwise the key has no head
+-- and waits on a gap, which ordered_gaps_sync records. It never takes the head from a running job: when that would be
 -- needed (an earlier job appeared while a later one runs) it raises ORD01, so the caller's
 -- transaction rolls back. Callers hold the key rows locked.
 --
@@ -15,7 +17,14 @@ SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_late record;
+    v_cont_keys text[];
+    v_cont_next bigint[];
 BEGIN
+    SELECT array_agg(k.key), array_agg(ordered_key_next_seq(k.key))
+    INTO v_cont_keys, v_cont_next
+    FROM ordered_keys AS k
+    WHERE k.key = ANY (p_keys) AND k.next_seq IS NOT NULL;
+
     -- Every lookup is per key (LATERAL; OFFSET 0 keeps the planner from turning one into a
     -- join over every head), through ordered_jobs_heads and ordered_jobs_open, and the updates
     -- reach their rows through the primary key, so the cost is a few index probes per key
@@ -28,10 +37,12 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT h.id FROM ordered_jobs AS h WHERE h.key = k.key AND h.head OFFSET 0) AS cur
         LEFT JOIN LATERAL (
-            SELECT o.id FROM ordered_jobs AS o
+            SELECT o.id, o.seq FROM ordered_jobs AS o
             WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
             ORDER BY o.seq LIMIT 1) AS lowest ON true
-        WHERE cur.id IS DISTINCT FROM lowest.id))
+        LEFT JOIN unnest(v_cont_keys, v_cont_next) AS c(key, next_seq) ON c.key = k.key
+        WHERE cur.id IS DISTINCT FROM
+              CASE WHEN c.key IS NULL OR lowest.seq <= c.next_seq THEN lowest.id END))
       AND j.head
       AND j.status <> 'running';
 
@@ -63,10 +74,16 @@ BEGIN
         SELECT lowest.id
         FROM unnest(p_keys) AS k(key)
         CROSS JOIN LATERAL (
-            SELECT o.id FROM ordered_jobs AS o
+            SELECT o.id, o.seq FROM ordered_jobs AS o
             WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-            ORDER BY o.seq LIMIT 1) AS lowest))
+            ORDER BY o.seq LIMIT 1) AS lowest
+        LEFT JOIN unnest(v_cont_keys, v_cont_next) AS c(key, next_seq) ON c.key = k.key
+        WHERE c.key IS NULL OR lowest.seq <= c.next_seq))
       AND NOT j.head;
+
+    IF v_cont_keys IS NOT NULL THEN
+        PERFORM ordered_gaps_sync(v_cont_keys);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION ordered_heads_refresh(text[]) IS

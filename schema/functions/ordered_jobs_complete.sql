@@ -4,6 +4,10 @@
 -- statement. It returns the completed claims (completed true), then the claimed jobs; the
 -- claims not returned were lost, and nothing changed for them.
 --
+-- A contiguous key's next job becomes its head only if its seq is at most the key's next seq,
+-- which the completed jobs moved past them (ordered_key_next_seq); otherwise the key waits on
+-- a gap (ordered_gaps_sync). Several consecutive jobs of one key may be completed at once.
+--
 -- It runs in time linear in its batch: the versions are looked up in a jsonb object keyed by
 -- id, whatever the plan, and every update reaches its rows through the primary key.
 CREATE OR REPLACE FUNCTION ordered_jobs_complete(p_ids bigint[], p_versions bigint[],
@@ -26,15 +30,18 @@ DECLARE
     v_next bigint[];
     v_claim bigint[];
     v_rest bigint[];
+    v_cont text[];
 BEGIN
     -- Key rows first and in key order, as one enqueue call locks them, so the two do not
     -- deadlock (a transaction that enqueues to several keys out of key order can; the worker
     -- retries the batch); shared, so completers never wait for each other. An enqueue of one
     -- of these keys that is in flight is waited for, and the statements below see its jobs.
-    PERFORM 1 FROM ordered_keys AS k
-    WHERE k.key = ANY (ARRAY(SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (p_ids)))
-    ORDER BY k.key
-    FOR SHARE;
+    -- The contiguous ones among them are noted.
+    SELECT array_agg(l.key) FILTER (WHERE l.contiguous) INTO v_cont
+    FROM (SELECT k.key, k.next_seq IS NOT NULL AS contiguous FROM ordered_keys AS k
+          WHERE k.key = ANY (ARRAY(SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (p_ids)))
+          ORDER BY k.key
+          FOR SHARE) AS l;
 
     -- The claim each job is completed for: the highest version the batch holds for it. A
     -- batch may hold a stale and the current claim of one job (claims only raise the
@@ -74,9 +81,11 @@ BEGIN
     INTO v_next, v_claim
     FROM unnest(v_keys) AS k(key)
     CROSS JOIN LATERAL (
-        SELECT o.id, o.status, o.available_at FROM ordered_jobs AS o
+        SELECT o.id, o.seq, o.status, o.available_at FROM ordered_jobs AS o
         WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-        ORDER BY o.seq LIMIT 1) AS n;
+        ORDER BY o.seq LIMIT 1) AS n
+    LEFT JOIN unnest(v_cont) AS c(key) ON c.key = k.key
+    WHERE c.key IS NULL OR n.seq <= ordered_key_next_seq(k.key);
 
     RETURN QUERY SELECT true, d.id, NULL::text, NULL::bigint, NULL::text, NULL::jsonb,
                         NULL::integer, NULL::integer, d.version, NULL::timestamptz,
@@ -84,6 +93,9 @@ BEGIN
                  FROM unnest(v_done, v_done_versions) AS d(id, version);
 
     IF v_next IS NULL THEN
+        IF v_cont IS NOT NULL THEN
+            PERFORM ordered_gaps_sync(v_cont);
+        END IF;
         RETURN;
     END IF;
     v_claim := coalesce(v_claim, '{}');
@@ -116,6 +128,9 @@ BEGIN
     v_rest := ARRAY(SELECT unnest(v_next) EXCEPT SELECT unnest(v_claim));
     IF cardinality(v_rest) > 0 THEN
         UPDATE ordered_jobs AS j SET head = true WHERE j.id = ANY (v_rest) AND NOT j.head;
+    END IF;
+    IF v_cont IS NOT NULL THEN
+        PERFORM ordered_gaps_sync(v_cont);
     END IF;
 END
 $$;

@@ -20,9 +20,10 @@ BEGIN
         END IF;
         UPDATE ordered_stats AS s
         SET (queued, running, done, failed, blocked, blocked_keys, expired_leases,
-             oldest_ready_at) =
+             oldest_ready_at, gap_keys, gap_blocked_keys, oldest_gap_at) =
                 (SELECT n.queued, n.running, n.done, n.failed, n.blocked, n.blocked_keys,
-                        n.expired_leases, n.oldest_ready_at
+                        n.expired_leases, n.oldest_ready_at, n.gap_keys, n.gap_blocked_keys,
+                        n.oldest_gap_at
                  FROM ordered_stats_now AS n),
             counted_at = clock_timestamp()
         -- one that counted while this caller waited for the lock left young counts

@@ -1,6 +1,7 @@
 // Package maintenance owns a worker's maintenance loop: every interval (jittered, the first
 // one interval after start) it fails the exhausted jobs of crashed workers, archives finished
-// jobs in bounded batches and refreshes the gauges. The statements are the owner's, given as
+// jobs in bounded batches, applies the gap policies of contiguous keys whose gap timed out, and
+// refreshes the gauges. The statements are the owner's, given as
 // funcs; each is short and bounded.
 package maintenance
 
@@ -25,13 +26,16 @@ type Maintainer struct {
 	FailExhausted func(ctx context.Context) (int, error)
 	// Archive deletes one batch of finished jobs and returns how many; nil archives nothing.
 	Archive func(ctx context.Context) (int, error)
+	// ExpireGaps applies the gap policy of one batch of keys whose gap timed out and returns
+	// how many; nil does nothing.
+	ExpireGaps func(ctx context.Context) (int, error)
 	// ArchiveBatch is the batch Archive takes: a smaller answer ends the pass's archival.
 	ArchiveBatch int
 	// ArchiveBatchesPerPass bounds the batches a pass archives; 0 is the default.
 	ArchiveBatchesPerPass int
 	// RefreshStats refreshes the gauges.
 	RefreshStats func(ctx context.Context) error
-	// Wake is called when a pass failed jobs: the keys they held may have moved on.
+	// Wake is called when a pass failed jobs or passed gaps: the keys may have moved on.
 	Wake func()
 	// Logger receives the passes' errors.
 	Logger *slog.Logger
@@ -61,6 +65,15 @@ func (m *Maintainer) Pass(ctx context.Context) {
 	}
 	if n > 0 {
 		m.Wake()
+	}
+	if m.ExpireGaps != nil {
+		n, err := m.ExpireGaps(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.Logger.Error("ordered: maintenance: expiring gaps", "error", err)
+		}
+		if n > 0 {
+			m.Wake()
+		}
 	}
 	if m.Archive != nil {
 		batches := m.ArchiveBatchesPerPass

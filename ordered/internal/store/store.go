@@ -165,12 +165,28 @@ type EnqueueBatch struct {
 	// kinds, MaxAttemptsDefault is the attempt limit of an event whose MaxAttempts is 0.
 	MaxKeyBytesLimit   int32
 	MaxAttemptsDefault int32
+
+	// The sequence mode of the batch's keys: FirstSeq nil is the default mode; otherwise
+	// the keys are contiguous from *FirstSeq, with the gap policy GapAction ("wait",
+	// "proceed", "block") after GapTimeout (nil for wait).
+	FirstSeq   *int64
+	GapAction  string
+	GapTimeout *time.Duration
+}
+
+// SequenceArgs are the batch's sequence parameters, in the order the enqueue queries take them.
+func (b *EnqueueBatch) SequenceArgs() []any {
+	action := b.GapAction
+	if action == "" {
+		action = "wait"
+	}
+	return []any{b.FirstSeq, action, b.GapTimeout}
 }
 
 // JobEnqueueMany enqueues a batch.
 func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJob, error) {
-	rows, err := db.Query(ctx, jobEnqueueManySQL, b.Keys, b.Seqs, b.Kinds, b.Payloads, b.RunAts, b.MaxAttempts,
-		b.MaxKeyBytesLimit, b.MaxAttemptsDefault)
+	rows, err := db.Query(ctx, jobEnqueueManySQL, append([]any{b.Keys, b.Seqs, b.Kinds, b.Payloads, b.RunAts,
+		b.MaxAttempts, b.MaxKeyBytesLimit, b.MaxAttemptsDefault}, b.SequenceArgs()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -399,6 +415,8 @@ type QueueStats struct {
 	Queued, Running, Done, Failed, Blocked, BlockedKeys, ExpiredLeases int64
 	OldestReadySeconds                                                 float64
 	CountedAt                                                          *time.Time // nil: never counted
+	GapKeys, GapBlockedKeys                                            int64
+	OldestGapSeconds                                                   float64
 }
 
 // QueueStatsGet counts the queue's jobs now.
@@ -415,7 +433,7 @@ func QueueStatsShared(ctx context.Context, db DBTX, maxAge time.Duration) (Queue
 func scanStats(row pgx.Row) (QueueStats, error) {
 	var s QueueStats
 	err := row.Scan(&s.Queued, &s.Running, &s.Done, &s.Failed, &s.Blocked, &s.BlockedKeys,
-		&s.ExpiredLeases, &s.OldestReadySeconds, &s.CountedAt)
+		&s.ExpiredLeases, &s.OldestReadySeconds, &s.CountedAt, &s.GapKeys, &s.GapBlockedKeys, &s.OldestGapSeconds)
 	return s, err
 }
 
@@ -443,4 +461,75 @@ func QueueBacklog(ctx context.Context, db DBTX) (int64, error) {
 func ListenProbe(ctx context.Context, db DBTX, payload string) error {
 	_, err := db.Exec(ctx, listenProbeSQL, payload)
 	return err
+}
+
+var (
+	gapReleaseSQL = query("gap_release.sql")
+	gapExpireSQL  = query("gap_expire.sql")
+	gapListSQL    = query("gap_list.sql")
+	gapPassedSQL  = query("gap_passed_list.sql")
+)
+
+// GapRelease passes the lowest missing range of a contiguous key now; ok is false when the key
+// misses no seq below an open job.
+func GapRelease(ctx context.Context, db DBTX, key string) (from, to int64, ok bool, err error) {
+	err = db.QueryRow(ctx, gapReleaseSQL, key).Scan(&from, &to)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, false, nil
+	}
+	return from, to, err == nil, err
+}
+
+// GapExpire applies the gap policy of up to limit keys whose gap timed out.
+func GapExpire(ctx context.Context, db DBTX, limit int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, gapExpireSQL, limit).Scan(&n)
+	return n, err
+}
+
+// GapKey is a contiguous key with a missing range, as gap_list.sql returns it.
+type GapKey struct {
+	Key               string
+	NextSeq           int64
+	FromSeq, ToSeq    *int64 // the lowest missing range below an open job; nil: none
+	Since, BlockedAt  *time.Time
+	Deadline          *time.Time
+	GapAction         string
+	OpenJobs, Running int64
+}
+
+// GapList lists the keys waiting on a gap (key nil), oldest first, or the one key given,
+// waiting or not, up to limit.
+func GapList(ctx context.Context, db DBTX, key *string, limit int) ([]GapKey, error) {
+	rows, err := db.Query(ctx, gapListSQL, key, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (GapKey, error) {
+		var g GapKey
+		err := r.Scan(&g.Key, &g.NextSeq, &g.FromSeq, &g.ToSeq, &g.Since, &g.BlockedAt, &g.Deadline,
+			&g.GapAction, &g.OpenJobs, &g.Running)
+		return g, err
+	})
+}
+
+// PassedGap is a range of seqs passed as a gap.
+type PassedGap struct {
+	Key            string
+	FromSeq, ToSeq int64
+	PassedAt       time.Time
+	Reason         string
+}
+
+// GapPassedList lists the passed ranges of a key (nil: of every key), latest first, up to limit.
+func GapPassedList(ctx context.Context, db DBTX, key *string, limit int) ([]PassedGap, error) {
+	rows, err := db.Query(ctx, gapPassedSQL, key, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PassedGap, error) {
+		var g PassedGap
+		err := r.Scan(&g.Key, &g.FromSeq, &g.ToSeq, &g.PassedAt, &g.Reason)
+		return g, err
+	})
 }

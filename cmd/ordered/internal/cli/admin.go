@@ -32,6 +32,9 @@ type StatusJSON struct {
 	BlockedKeys        []BlockedKeyJSON `json:"blocked_keys"`
 	OldestReadySeconds float64          `json:"oldest_ready_seconds"`
 	ExpiredLeases      int64            `json:"expired_leases"`
+	GapKeyCount        int64            `json:"gap_key_count"`
+	GapBlockedKeyCount int64            `json:"gap_blocked_key_count"`
+	OldestGapSeconds   float64          `json:"oldest_gap_seconds"`
 }
 
 // BlockedKeyJSON is a blocked key of StatusJSON.
@@ -46,7 +49,9 @@ const statusLong = `Status counts the queue's jobs now (it reads the whole table
 to all jobs: queued, running, done, failed (failed for good, holding nothing: the skip
 policy, or skipped) and blocked (failed for good and holding its key until replayed or
 skipped). Then the keys that blocked jobs hold, the age of the oldest job ready to run, the
-running jobs whose lease has expired, and the first blocked jobs with their keys.`
+running jobs whose lease has expired, the contiguous keys waiting on a gap (with those their
+gap policy blocked, and the oldest gap's age: shown when there are any; ordered gaps lists
+them), and the first blocked jobs with their keys.`
 
 func (a *app) statusCmd() *cobra.Command {
 	var asJSON bool
@@ -91,6 +96,7 @@ func (a *app) status(ctx context.Context) (StatusJSON, time.Duration, error) {
 		Queued: stats.Queued, Running: stats.Running, Done: stats.Done, Failed: stats.Failed,
 		Blocked: stats.Blocked, BlockedKeyCount: stats.BlockedKeys, BlockedKeys: []BlockedKeyJSON{},
 		OldestReadySeconds: stats.OldestReady.Seconds(), ExpiredLeases: stats.ExpiredLeases,
+		GapKeyCount: stats.GapKeys, GapBlockedKeyCount: stats.GapBlockedKeys, OldestGapSeconds: stats.OldestGap.Seconds(),
 	}
 	for _, k := range blocked {
 		out.BlockedKeys = append(out.BlockedKeys, BlockedKeyJSON{Key: k.Key, JobID: k.JobID, Seq: k.Seq, Error: k.LastError})
@@ -109,6 +115,10 @@ func (a *app) printStatus(out StatusJSON, oldestReady time.Duration) error {
 	fmt.Fprintf(tw, "blocked keys\t%d\n", out.BlockedKeyCount)
 	fmt.Fprintf(tw, "oldest ready job\t%s\n", oldestReady.Round(time.Millisecond))
 	fmt.Fprintf(tw, "expired leases\t%d\n", out.ExpiredLeases)
+	if out.GapKeyCount > 0 { // contiguous keys only (ordered gaps)
+		fmt.Fprintf(tw, "keys waiting on a gap\t%d (%d blocked)\n", out.GapKeyCount, out.GapBlockedKeyCount)
+		fmt.Fprintf(tw, "oldest gap\t%s\n", time.Duration(out.OldestGapSeconds*float64(time.Second)).Round(time.Second))
+	}
 	if err := tw.Flush(); err != nil || len(out.BlockedKeys) == 0 {
 		return err
 	}

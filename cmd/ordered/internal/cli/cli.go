@@ -1,5 +1,5 @@
 // Package cli is the ordered command line: its root command and the subcommands of the CLI
-// contract (migrate, enqueue, work, status, failed, replay, skip, archive, demo, bench,
+// contract (migrate, enqueue, work, status, failed, replay, skip, gaps, archive, demo, bench,
 // verify), each writing to the writers Main is given. The hidden subcommands are the
 // processes that other commands start: the guard of each --exec command and the worker
 // processes of the demo and the chaos run.
@@ -125,6 +125,7 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		a.failedCmd(),
 		a.replayCmd(),
 		a.skipCmd(),
+		a.gapsCmd(),
 		a.archiveCmd(),
 		a.uiCmd(),
 		a.demoCmd(),

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
 )
 
 // An input is read and sent a chunk at a time, all of it in one transaction: a chunk ends at
@@ -40,8 +42,38 @@ var utf8BOM = []byte("\xef\xbb\xbf")
 // eventFields are the fields of an event line, named exactly so.
 var eventFields = [...]string{"key", "seq", "kind", "payload", "run_at", "max_attempts"}
 
+// sequenceFlags are enqueue's flags for the keys it creates: contiguous (gap-aware) or not.
+type sequenceFlags struct {
+	contiguous bool
+	first      int64
+	gap        string
+	gapTimeout time.Duration
+}
+
+// sequence is the policy.Sequence the flags ask for, or an error naming the flag at fault.
+func (f *sequenceFlags) sequence() (policy.Sequence, error) {
+	actions := map[string]policy.GapAction{"wait": policy.GapWait, "proceed": policy.GapProceed, "block": policy.GapBlock}
+	action, ok := actions[f.gap]
+	switch {
+	case !ok:
+		return policy.Sequence{}, fmt.Errorf("--gap %q: want wait, proceed or block", f.gap)
+	case !f.contiguous && (f.first != 0 || f.gap != "wait" || f.gapTimeout != 0):
+		return policy.Sequence{}, errors.New("--first-seq, --gap and --gap-timeout need --contiguous")
+	case !f.contiguous:
+		return policy.Sequence{}, nil
+	case f.first < 0:
+		return policy.Sequence{}, fmt.Errorf("--first-seq %d: must be 0 or more", f.first)
+	case action == policy.GapWait && f.gapTimeout != 0:
+		return policy.Sequence{}, errors.New("--gap-timeout needs --gap proceed or --gap block")
+	case action != policy.GapWait && f.gapTimeout <= 0:
+		return policy.Sequence{}, fmt.Errorf("--gap %s needs a positive --gap-timeout", f.gap)
+	}
+	return policy.Sequence{Contiguous: true, First: f.first, Gap: policy.Gap{Action: action, Timeout: f.gapTimeout}}, nil
+}
+
 func (a *app) enqueueCmd() *cobra.Command {
-	return &cobra.Command{
+	var seq sequenceFlags
+	cmd := &cobra.Command{
 		Use:   "enqueue [FILE|-]",
 		Short: "Enqueue JSON Lines events from FILE or standard input, all or nothing",
 		Long: `Enqueue reads one event per line:
@@ -61,7 +93,14 @@ An event already enqueued, or earlier in the input, with the same key, seq and c
 (payload as JSON, kind, run_at, max_attempts) is counted as a duplicate, not an error;
 with the same key and seq but other content it is an error, and nothing is enqueued.
 An event at or below its key's archived history (see archive) is counted as a duplicate
-and not run again: it cannot be compared any more, nor told from one never sent.`,
+and not run again: it cannot be compared any more, nor told from one never sent.
+
+With --contiguous, the keys this input creates are contiguous (gap-aware): their seqs run in
+an unbroken sequence from --first-seq, an event runs only once every lower seq of its key has
+finished, and a missing seq is a gap that holds the key; --gap says what a gap open for
+--gap-timeout does (wait: nothing, proceed: pass it, block: hold the key for an operator; see
+ordered gaps). A key keeps the mode it was created with: an event for an existing key of the
+other mode is an error, and nothing is enqueued.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, name := a.stdin, "stdin"
@@ -73,13 +112,22 @@ and not run again: it cannot be compared any more, nor told from one never sent.
 				defer f.Close()
 				in, name = f, args[0]
 			}
-			return a.enqueue(cmd.Context(), in, name)
+			sequence, err := seq.sequence()
+			if err != nil {
+				return err
+			}
+			return a.enqueue(cmd.Context(), in, name, sequence)
 		},
 	}
+	cmd.Flags().BoolVar(&seq.contiguous, "contiguous", false, "create new keys as contiguous (gap-aware) keys")
+	cmd.Flags().Int64Var(&seq.first, "first-seq", 0, "the first seq of a contiguous key")
+	cmd.Flags().StringVar(&seq.gap, "gap", "wait", "what a contiguous key's gap open for --gap-timeout does: wait, proceed or block")
+	cmd.Flags().DurationVar(&seq.gapTimeout, "gap-timeout", 0, "how long a gap stays open before --gap proceed or block applies")
+	return cmd
 }
 
 // enqueue streams the events of in to the queue in one transaction.
-func (a *app) enqueue(ctx context.Context, in io.Reader, name string) error {
+func (a *app) enqueue(ctx context.Context, in io.Reader, name string, sequence policy.Sequence) error {
 	r := newEventReader(in)
 	events, lines, err := r.next()
 	if err != nil {
@@ -89,7 +137,7 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string) error {
 		fmt.Fprintf(a.stdout, "no events in %s\n", name)
 		return nil
 	}
-	client, pool, err := a.client(ctx, nil, 2)
+	client, pool, err := a.client(ctx, &ordered.Config{Sequence: policy.AllKeys(sequence)}, 2)
 	if err != nil {
 		return err
 	}
@@ -401,6 +449,7 @@ func lineError(name string, err error, lines []int, events []ordered.Event) erro
 		invalid  *ordered.InvalidEventError
 		conflict *ordered.DuplicateConflictError
 		late     *ordered.LateEventError
+		mismatch *ordered.SequenceMismatchError
 	)
 	switch {
 	case errors.As(err, &traced):
@@ -411,6 +460,8 @@ func lineError(name string, err error, lines []int, events []ordered.Event) erro
 		at = conflict.Index
 	case errors.As(err, &late):
 		at = slices.IndexFunc(events, func(ev ordered.Event) bool { return ev.Key == late.Key && ev.Seq == late.Seq })
+	case errors.As(err, &mismatch):
+		at = slices.IndexFunc(events, func(ev ordered.Event) bool { return ev.Key == mismatch.Key })
 	}
 	msg = strings.TrimPrefix(msg, "ordered: ")
 	if at >= 0 && at < len(lines) {

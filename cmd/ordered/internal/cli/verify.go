@@ -14,8 +14,9 @@ import (
 const verifyLong = `Verify starts a private PostgreSQL cluster, and for each failure policy (block, skip) and
 each kind of handler (transactional: effect committed with the completion; at-least-once:
 effect applied before it, by a receiver that checks the claim like a fencing token, so it may
-land twice but never out of order) enqueues events over many keys (some flaky, one poison), runs
-several worker processes over them and injects faults while they run: SIGKILL of a worker
+land twice but never out of order) enqueues events over many keys (some flaky, one poison),
+and over a few contiguous keys half of whose events arrive shuffled while the workers run (the
+keys wait on the gaps), runs several worker processes over them and injects faults while they run: SIGKILL of a worker
 (restarted), SIGSTOP past its lease then SIGCONT, pg_terminate_backend of the workers'
 connections, and a restart of PostgreSQL. Every attempt and effect is recorded on the
 database clock and the history is checked: lost jobs, duplicated effects, re-executions,
