@@ -43,6 +43,8 @@ type Worker struct {
 	client  *Client
 	db      *Client
 	handler Handler
+	// batch is set for a batch worker (NewBatchWorker), which runs it instead of handler.
+	batch   BatchHandlerFunc
 	cfg     WorkerConfig
 	log     *slog.Logger
 	metrics *metrics

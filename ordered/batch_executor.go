@@ -1,0 +1,187 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The batch executor: a batch worker's fetch loop claims batches (one a free slot), and each
+// batch runs in one slot, under one heartbeat, from its claim to its settled outcome: the
+// finished prefix completed in one statement (which also claims the key's next batch), the
+// failed job retried or failed, the rest given back unrun.
+
+// fetchBatches claims up to want batches and starts them.
+func (w *Worker) fetchBatches(ctx context.Context, want int) (int, error) {
+	start := time.Now()
+	batches, err := w.db.ClaimBatch(ctx, want, w.cfg.BatchSize)
+	took := time.Since(start)
+	w.metrics.claimDuration.Observe(took.Seconds())
+	if err != nil {
+		return 0, err
+	}
+	observe(&w.claimTime, took)
+	w.waiting.Add(int64(len(batches)))
+	for _, b := range batches {
+		w.jobs.Go(func() { w.runBatches(b) })
+	}
+	return len(batches), nil
+}
+
+// runBatches executes batch, then the next batches of its key that its completions claimed.
+func (w *Worker) runBatches(batch []*Job) {
+	defer w.signal() // the key's next jobs may be ready for a claim
+	for batch != nil {
+		for _, job := range batch {
+			w.accept(job)
+		}
+		batch = w.executeBatch(batch)
+	}
+}
+
+// executeBatch runs one claimed batch in a slot and settles it. It returns the key's next
+// batch if its completion claimed one.
+func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
+	started := false
+	defer func() {
+		if !started {
+			w.waiting.Add(-1)
+		}
+	}()
+	if !w.fetching() {
+		w.giveBackBatch(batch, nil)
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(w.workCtx)
+	defer cancel(nil)
+	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), w.settleTimeout)
+	defer cancelSettle()
+
+	// Jobs recovered past this worker's attempt cap end the batch; its head is failed unrun.
+	for i, job := range batch {
+		if job.Attempt <= job.MaxAttempts {
+			continue
+		}
+		w.giveBackBatch(batch[max(i, 1):], nil)
+		if i == 0 {
+			w.settle(settleCtx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
+			return nil
+		}
+		batch = batch[:i]
+		break
+	}
+
+	defer w.startBatchHeartbeat(ctx, cancel, batch).stop()
+	slotted, _ := w.takeSlot(ctx, false)
+	if slotted {
+		slottedAt := time.Now()
+		defer func() {
+			observe(&w.slotTime, time.Since(slottedAt))
+			<-w.slots
+			if w.moreReady.Load() {
+				w.signal()
+			}
+		}()
+	}
+	if !slotted || ctx.Err() != nil || !w.fetching() {
+		w.giveBackBatch(batch, nil)
+		return nil
+	}
+	started = true
+	w.waiting.Add(-1)
+	start := time.Now()
+	done, err := callBatchHandler(ctx, w.batch, batch)
+	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
+	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
+		w.lostBatch(batch, err)
+		return nil
+	}
+	done = min(max(done, 0), len(batch))
+	if done == len(batch) {
+		err = nil // no job is left to have failed
+	}
+	stopped := errors.Is(context.Cause(ctx), ErrWorkerStopped)
+
+	// The rest first: until the prefix is completed the key's head is this batch's, so no
+	// claim can take what goes back before its turn.
+	var failed *Job
+	rest := batch[done:]
+	if err != nil {
+		failed, rest = batch[done], batch[done+1:]
+	}
+	if !w.giveBackBatch(rest, err) {
+		return nil
+	}
+	if done > 0 {
+		limit := 0
+		if failed == nil && len(rest) == 0 && !stopped && w.fetching() {
+			limit = 1 // the key's next batch, claimed by the same statement
+		}
+		returned := time.Now()
+		lost, claimed, cerr := w.db.completeBatchClaimNext(settleCtx, batch[:done], limit, w.cfg.BatchSize)
+		w.metrics.completionDuration.Observe(time.Since(returned).Seconds())
+		switch {
+		case cerr != nil:
+			// The leases will expire and another claim will take the batch again.
+			w.log.Error("ordered: could not complete a batch", slogJob(batch[0].ID, batch[0].Key, batch[0].Seq),
+				"jobs", done, "error", cerr)
+			return nil
+		case len(lost) > 0:
+			w.lostBatch(batch, nil)
+			return nil
+		}
+		w.metrics.completions.Add(float64(done))
+		if len(claimed) > 0 {
+			next = claimed[0]
+			w.waiting.Add(1) // before the slot is given back
+		}
+	}
+	if failed != nil {
+		if stopped {
+			w.giveBackStopped(settleCtx, failed, err)
+		} else {
+			w.settle(settleCtx, failed, err)
+		}
+	}
+	return next
+}
+
+// giveBackBatch gives back jobs of a batch that did not run, their attempts not counted, and
+// reports whether it could; a lost claim is reported as the batch's. herr is what the
+// handler returned, if anything, for the log.
+func (w *Worker) giveBackBatch(jobs []*Job, herr error) bool {
+	if len(jobs) == 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
+	defer cancel()
+	switch err := w.db.ReleaseBatch(ctx, jobs); {
+	case errors.Is(err, ErrLeaseLost):
+		w.lostBatch(jobs, herr)
+		return false
+	case err != nil:
+		// The leases will expire and another claim will take the jobs again.
+		w.log.Error("ordered: could not give back the rest of a batch", slogJob(jobs[0].ID, jobs[0].Key, jobs[0].Seq),
+			"jobs", len(jobs), "error", err)
+		return false
+	}
+	w.metrics.givenBack.Add(float64(len(jobs)))
+	return true
+}
+
+func (w *Worker) lostBatch(batch []*Job, herr error) {
+	w.metrics.lostOwnership.Inc()
+	w.log.Warn("ordered: lost the claim of a batch; its outcome is not acknowledged",
+		slogJob(batch[0].ID, batch[0].Key, batch[0].Seq), "jobs", len(batch), "handler_error", herr)
+}
+
+// callBatchHandler runs h, turning a panic into the failure of the batch's first job.
+func callBatchHandler(ctx context.Context, h BatchHandlerFunc, batch []*Job) (done int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			done, err = 0, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return h(ctx, batch)
+}
