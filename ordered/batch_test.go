@@ -293,3 +293,58 @@ func TestBatchWorkerFailureMidway(t *testing.T) {
 		require.Equal(t, [][]int64{{1, 2, 3, 4}, {3, 4}}, calls)
 	})
 }
+
+// A batch worker process is SIGKILLed in the middle of a batch: the batches it completed stay
+// done and never run again; the batch it held runs again, in order, from its first job, after
+// its lease expires, and the key goes on behind it.
+func TestBatchProcessKilledMidBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	createEffectsTable(t, b.ctx, b.pool)
+	seqs := make([]int64, 20)
+	for i := range seqs {
+		seqs[i] = int64(i + 1)
+	}
+	ids := b.enqueue(t, "k", seqs...)
+	cfg := processConfig{Lease: time.Second, Poll: 100 * time.Millisecond, Workers: 1, Batch: 5}
+	cfgA := cfg
+	cfgA.Name, cfgA.URL, cfgA.Hold = "A", withAppName(t, b.queue.URL, "ordered-test-A-"+b.queue.Schema), "k/13"
+	a := startWorkerProcess(t, cfgA)
+	waitFor(t, 20*time.Second, "A holding k/13", func() bool {
+		return len(filterEffects(readEffects(t, b.ctx, b.pool), func(e effect) bool { return e.Seq == 13 })) == 1
+	})
+	want := []string{}
+	for s := 1; s <= 20; s++ {
+		switch {
+		case s <= 10:
+			want = append(want, fmt.Sprintf("%d:done:1", s))
+		case s <= 15:
+			want = append(want, fmt.Sprintf("%d:running:1", s))
+		default:
+			want = append(want, fmt.Sprintf("%d:queued:0", s))
+		}
+	}
+	require.Equal(t, want, b.jobsOf(t, "k"), "A's batches of 5: two completed, the third running")
+	a.kill(t)
+
+	cfgB := cfg
+	cfgB.Name, cfgB.URL = "B", withAppName(t, b.queue.URL, "ordered-test-B-"+b.queue.Schema)
+	bw := startWorkerProcess(t, cfgB)
+	waitFor(t, 30*time.Second, "every job done", func() bool { return b.jobStatus(t, ids[19]) == "done" })
+	for s := 1; s <= 20; s++ {
+		attempts := 1
+		if s >= 11 && s <= 15 {
+			attempts = 2
+		}
+		want[s-1] = fmt.Sprintf("%d:done:%d", s, attempts)
+	}
+	require.Equal(t, want, b.jobsOf(t, "k"))
+	var bStarts []int64
+	for _, e := range readEffects(t, b.ctx, b.pool) {
+		if e.Worker == "B" && e.Phase == "start" {
+			bStarts = append(bStarts, e.Seq)
+		}
+	}
+	require.Equal(t, seqs[10:], bStarts, "B ran the held batch again from its first job, in order, and nothing done")
+	bw.stop(t)
+}
