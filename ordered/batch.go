@@ -1,9 +1,12 @@
 package ordered
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
@@ -82,8 +85,12 @@ func (c *Client) ClaimBatch(ctx context.Context, limit, size int) ([][]*Job, err
 	return batchesOf(claimedJobs(rows, sent)), nil
 }
 
-// batchesOf splits claimed jobs, which come key by key in seq order, into one batch a key.
+// batchesOf splits claimed jobs into one batch a key (a statement claims one batch a key at
+// most), each in seq order.
 func batchesOf(jobs []*Job) [][]*Job {
+	slices.SortStableFunc(jobs, func(a, b *Job) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Seq, b.Seq))
+	})
 	var out [][]*Job
 	for i := 0; i < len(jobs); {
 		j := i + 1
@@ -131,7 +138,7 @@ func (c *Client) ReleaseBatch(ctx context.Context, jobs []*Job) error {
 }
 
 // completeBatchClaimNext completes jobs (finished prefixes of batches) in one statement and
-// claims up to limit next batches of up to size jobs of their keys.
+// claims up to limit batches of up to size jobs: their keys' next, then other ready keys'.
 func (c *Client) completeBatchClaimNext(ctx context.Context, jobs []*Job, limit, size int) (lost []*Job, next [][]*Job, err error) {
 	ids, versions := claimsOf(jobs)
 	for attempt := 1; ; attempt++ {

@@ -116,24 +116,27 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	if done > 0 {
 		limit := 0
 		if failed == nil && len(rest) == 0 && !stopped && w.fetching() {
-			limit = 1 // the key's next batch, claimed by the same statement
+			limit = 1 // the key's next batch, or another key's, claimed by the same statement
 		}
 		returned := time.Now()
-		lost, claimed, cerr := w.db.completeBatchClaimNext(settleCtx, batch[:done], limit, w.cfg.BatchSize)
+		r, cerr := w.batchCompleter.Complete(&batchCompletion{jobs: batch[:done], claimNext: limit > 0})
+		if cerr == nil {
+			cerr = r.err
+		}
 		w.metrics.completionDuration.Observe(time.Since(returned).Seconds())
 		switch {
+		case errors.Is(cerr, ErrLeaseLost):
+			w.lostBatch(batch, nil)
+			return nil
 		case cerr != nil:
 			// The leases will expire and another claim will take the batch again.
 			w.log.Error("ordered: could not complete a batch", slogJob(batch[0].ID, batch[0].Key, batch[0].Seq),
 				"jobs", done, "error", cerr)
 			return nil
-		case len(lost) > 0:
-			w.lostBatch(batch, nil)
-			return nil
 		}
 		w.metrics.completions.Add(float64(done))
-		if len(claimed) > 0 {
-			next = claimed[0]
+		if r.next != nil {
+			next = r.next
 			w.waiting.Add(1) // before the slot is given back
 		}
 	}
@@ -184,4 +187,96 @@ func callBatchHandler(ctx context.Context, h BatchHandlerFunc, batch []*Job) (do
 		}
 	}()
 	return h(ctx, batch)
+}
+
+// batchCompletionsMax bounds the batches one completion statement settles, each of up to
+// BatchSize jobs.
+const batchCompletionsMax = 64
+
+// batchCompletion is the finished prefix of a batch, waiting for its completion statement;
+// claimNext asks for a next batch to run in its slot.
+type batchCompletion struct {
+	jobs      []*Job
+	claimNext bool
+}
+
+// batchCompletionResult answers a batchCompletion: err is ErrLeaseLost if the claim of any of
+// its jobs was lost (they share one lease, so all were, in practice); next is the batch
+// claimed for its slot, if any.
+type batchCompletionResult struct {
+	err  error
+	next []*Job
+}
+
+// flushBatchCompletions completes the finished prefixes of several batches in one statement,
+// which also claims a next batch for each that asks: its key's next, else another key's.
+func (w *Worker) flushBatchCompletions(items []*batchCompletion) []batchCompletionResult {
+	results := make([]batchCompletionResult, len(items))
+	var jobs []*Job
+	limit := 0
+	for _, it := range items {
+		jobs = append(jobs, it.jobs...)
+		if it.claimNext {
+			limit++
+		}
+	}
+	if !w.fetching() {
+		limit = 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
+	defer cancel()
+	lost, next, err := w.db.completeBatchClaimNext(ctx, jobs, limit, w.cfg.BatchSize)
+	if err != nil {
+		// One batch at a time, without claims: a batch the statement cannot complete then
+		// costs only itself.
+		w.log.Warn("ordered: a completion of batches failed; completing them one at a time",
+			"batches", len(items), "error", err)
+		for i, it := range items {
+			l, _, err := w.db.completeBatchClaimNext(ctx, it.jobs, 0, w.cfg.BatchSize)
+			if err == nil && len(l) > 0 {
+				err = ErrLeaseLost
+			}
+			results[i] = batchCompletionResult{err: err}
+		}
+		return results
+	}
+	isLost := make(map[*Job]bool, len(lost))
+	for _, j := range lost {
+		isLost[j] = true
+	}
+	// A key's next batch goes to the batch of that key; the others to the rest that ask.
+	nextOf := make(map[string][]*Job, len(next))
+	for _, b := range next {
+		nextOf[b[0].Key] = b
+	}
+	for i, it := range items {
+		for _, j := range it.jobs {
+			if isLost[j] {
+				results[i].err = ErrLeaseLost
+			}
+		}
+		if b := nextOf[it.jobs[0].Key]; b != nil && it.claimNext && results[i].err == nil {
+			results[i].next = b
+			delete(nextOf, it.jobs[0].Key)
+		}
+	}
+	var spare [][]*Job
+	for _, b := range next {
+		if nextOf[b[0].Key] != nil {
+			spare = append(spare, b)
+		}
+	}
+	for i, it := range items {
+		if len(spare) == 0 {
+			break
+		}
+		if it.claimNext && results[i].err == nil && results[i].next == nil {
+			results[i].next, spare = spare[0], spare[1:]
+		}
+	}
+	// Batches claimed for a slot that can no longer take them (its batch was lost) go back.
+	for _, b := range spare {
+		w.giveBackBatch(b, nil)
+	}
+	return results
 }

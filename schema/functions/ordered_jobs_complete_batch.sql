@@ -1,10 +1,13 @@
 -- ordered_jobs_complete_batch is ordered_jobs_complete for batch workers: it completes the
 -- claims given (the finished prefixes of batches; several jobs of one key complete together,
--- and the key's next head is its lowest open job), claims up to p_next_limit of the keys' next
--- heads and extends each into a batch of up to p_batch jobs (ordered_jobs_extend), all in one
--- statement. ordered_jobs_complete holds the keys' rows FOR SHARE from its start, so the
--- extension sees every enqueue of those keys that committed. Rows as ordered_jobs_complete's:
--- the completed claims, then the claimed jobs, key by key in seq order.
+-- and the key's next head is its lowest open job) and claims up to p_next_limit batches of up
+-- to p_batch jobs, all in one statement: the keys' next heads first, each extended into a
+-- batch (ordered_jobs_extend), then, if fewer, other ready heads as ordered_jobs_claim_batch
+-- claims them, so that a worker whose key ran dry goes on with another without a claim
+-- statement of its own. ordered_jobs_complete holds the completed keys' rows FOR SHARE from
+-- its start, so their extension sees every enqueue of those keys that committed; the other
+-- keys are locked without waiting, as ordered_jobs_claim_batch does. Rows as
+-- ordered_jobs_complete's: the completed claims, then the claimed jobs.
 CREATE OR REPLACE FUNCTION ordered_jobs_complete_batch(p_ids bigint[], p_versions bigint[],
                                                        p_next_limit integer, p_batch integer,
                                                        p_lease interval)
@@ -17,6 +20,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_heads bigint[];
+    v_more integer;
 BEGIN
     -- The completion's rows are returned as they come; the heads it claimed are extended.
     FOR completed, id, key, seq, kind, payload, attempts, max_attempts, claim_version,
@@ -34,6 +38,14 @@ BEGIN
                e.claim_version, e.lease_until, e.created_at, e.available_at, e.attempted_at,
                e.last_error
         FROM ordered_jobs_extend(v_heads, p_batch) AS e;
+    END IF;
+    v_more := coalesce(p_next_limit, 0) - coalesce(cardinality(v_heads), 0);
+    IF v_more > 0 AND p_lease IS NOT NULL THEN
+        RETURN QUERY
+        SELECT false, c.id, c.key, c.seq, c.kind, c.payload, c.attempts, c.max_attempts,
+               c.claim_version, c.lease_until, c.created_at, c.available_at, c.attempted_at,
+               c.last_error
+        FROM ordered_jobs_claim_batch(v_more, p_batch, p_lease) AS c;
     END IF;
 END
 $$;

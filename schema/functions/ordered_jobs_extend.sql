@@ -58,7 +58,7 @@ BEGIN
                     AND o.seq > h.seq
                   ORDER BY o.seq
                   LIMIT p_batch - 1) AS f) AS o
-        WHERE h.id = ANY (p_heads) AND h.status = 'running'
+        WHERE h.id = ANY (p_heads)
     ) AS c
     WHERE c.in_batch;
     IF v_cand IS NULL THEN
@@ -74,13 +74,13 @@ BEGIN
                  OR (j.status = 'running' AND j.lease_until <= statement_timestamp()
                      AND j.attempts < j.max_attempts))
           FOR UPDATE SKIP LOCKED) AS l;
-    v_locked := coalesce(v_locked, '{}');
 
     SELECT array_agg(c.id ORDER BY c.ord), array_agg(c.lease ORDER BY c.ord)
     INTO v_ext, v_leases
     FROM (SELECT c.id, c.ord, c.lease,
-                 bool_and(c.id = ANY (v_locked)) OVER (PARTITION BY c.head_id ORDER BY c.ord) AS ok
-          FROM unnest(v_cand, v_cand_heads, v_cand_leases) WITH ORDINALITY AS c(id, head_id, lease, ord)) AS c
+                 bool_and(l.id IS NOT NULL) OVER (PARTITION BY c.head_id ORDER BY c.ord) AS ok
+          FROM unnest(v_cand, v_cand_heads, v_cand_leases) WITH ORDINALITY AS c(id, head_id, lease, ord)
+          LEFT JOIN unnest(v_locked) AS l(id) ON l.id = c.id) AS c
     WHERE c.ok;
     IF v_ext IS NULL THEN
         RETURN;
