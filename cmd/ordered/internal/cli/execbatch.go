@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/orderedq/ordered/internal/execguard"
 	"github.com/orderedq/ordered/ordered"
 )
@@ -28,12 +30,12 @@ type batchLine struct {
 	Payload        json.RawMessage `json:"payload"`
 }
 
-// batchHandlerIf is execBatchHandler when on, else nil.
-func batchHandlerIf(on bool, c execConfig, a *app) ordered.BatchHandlerFunc {
+// batchHandlerIf builds execBatchHandler when on; nil otherwise.
+func batchHandlerIf(on bool, c execConfig, a *app) func(*pgxpool.Pool) ordered.BatchHandlerFunc {
 	if !on {
 		return nil
 	}
-	return execBatchHandler(c, a)
+	return func(*pgxpool.Pool) ordered.BatchHandlerFunc { return execBatchHandler(c, a) }
 }
 
 // execBatchHandler runs the command once per batch (see workLong) under the same guard as

@@ -121,8 +121,8 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 			Workers: w.workers, PollInterval: w.poll, PollOnly: w.pollOnly, Registerer: reg, MaxAttempts: w.maxAttempts,
 			StopGrace: w.killGrace, Name: cmp.Or(w.name, defaultWorkerName()), BatchSize: w.batch,
 		},
-		handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
-		batch:   batchHandlerIf(w.batch > 0, execCfg, a),
+		handler:  func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
+		batchFor: batchHandlerIf(w.batch > 0, execCfg, a),
 		started: func(r workerRun) (func(), error) {
 			if w.metricsAddr == "" {
 				return func() {}, nil

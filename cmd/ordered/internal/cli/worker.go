@@ -19,8 +19,9 @@ type workerSetup struct {
 	worker ordered.WorkerConfig
 	// handler builds the handler; it may use the worker's pool.
 	handler func(pool *pgxpool.Pool) ordered.Handler
-	// batch, if set, makes the worker a batch worker (worker.BatchSize) running it instead.
-	batch ordered.BatchHandlerFunc
+	// batchFor, if set, makes the worker a batch worker (worker.BatchSize) running the handler
+	// it builds instead.
+	batchFor func(pool *pgxpool.Pool) ordered.BatchHandlerFunc
 	// started, if set, runs once the worker is built, before it starts (to serve metrics and
 	// health, say); the function it returns runs when the process stops.
 	started func(r workerRun) (func(), error)
@@ -61,8 +62,8 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	}
 	defer pool.Close()
 	var w *ordered.Worker
-	if s.batch != nil {
-		w, err = client.NewBatchWorker(s.batch, &s.worker)
+	if s.batchFor != nil {
+		w, err = client.NewBatchWorker(s.batchFor(pool), &s.worker)
 	} else {
 		w, err = client.NewWorker(s.handler(pool), &s.worker)
 	}
