@@ -12,8 +12,16 @@ import (
 // finished prefix completed in one statement (which also claims the key's next batch), the
 // failed job retried or failed, the rest given back unrun.
 
-// fetchBatches claims up to want batches and starts them.
+// fetchBatches claims up to want batches and starts them; it returns want when it took all
+// it could ask for, so that the fetch loop claims again at once.
 func (w *Worker) fetchBatches(ctx context.Context, want int) (int, error) {
+	if limit := w.batchesPerStatement(); want > limit {
+		n, err := w.fetchBatches(ctx, limit)
+		if n == limit {
+			n = want
+		}
+		return n, err
+	}
 	start := time.Now()
 	batches, err := w.db.ClaimBatch(ctx, want, w.cfg.BatchSize)
 	took := time.Since(start)
@@ -189,9 +197,9 @@ func callBatchHandler(ctx context.Context, h BatchHandlerFunc, batch []*Job) (do
 	return h(ctx, batch)
 }
 
-// batchCompletionsMax bounds the batches one completion statement settles, each of up to
-// BatchSize jobs.
-const batchCompletionsMax = 64
+// batchesPerStatement bounds the batches one claim or completion statement takes: about
+// CompleteBatchMax jobs, as a worker's completion batch holds at most.
+func (w *Worker) batchesPerStatement() int { return max(1, CompleteBatchMax/w.cfg.BatchSize) }
 
 // batchCompletion is the finished prefix of a batch, waiting for its completion statement;
 // claimNext asks for a next batch to run in its slot.

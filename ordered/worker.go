@@ -167,7 +167,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.completer = completer.New(w.flushCompletions, CompleteBatchMax, completeFlushesMax)
 	w.completions = startstop.New(w.completer.Run)
 	if w.batch != nil {
-		w.batchCompleter = completer.New(w.flushBatchCompletions, batchCompletionsMax, completeFlushesMax)
+		w.batchCompleter = completer.New(w.flushBatchCompletions, w.batchesPerStatement(), completeFlushesMax)
 		w.completions = startstop.New(w.batchCompleter.Run)
 	}
 	w.loops = []*startstop.Service{startstop.New(w.fetchLoop), startstop.New(w.maintainer().Run)}
