@@ -348,3 +348,51 @@ func TestBatchProcessKilledMidBatch(t *testing.T) {
 	require.Equal(t, seqs[10:], bStarts, "B ran the held batch again from its first job, in order, and nothing done")
 	bw.stop(t)
 }
+
+// A batch worker's heartbeat renews the one lease of all its batch's jobs while the handler
+// runs past several leases; once another claim takes the batch over, the handler's context is
+// cancelled with ErrLeaseLost and nothing of the batch is settled by it.
+func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	b := setup(t, &ordered.Config{Lease: lease})
+	b.enqueue(t, "k", 1, 2, 3)
+	causes := make(chan error, 1)
+	var calls atomic.Int64
+	startBatchWorker(t, b, b.client, func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+		if calls.Add(1) > 1 {
+			return 0, errors.New("only one batch is expected")
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return len(jobs), nil // too late: the claim is lost, so this settles nothing
+	}, &ordered.WorkerConfig{Workers: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond})
+
+	waitFor(t, 20*time.Second, "the batch running for three leases", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
+			WHERE status = 'running' AND clock_timestamp() > attempted_at + 3 * $1::interval
+			AND lease_until > clock_timestamp()`, lease).Scan(&n))
+		return n == 3
+	})
+	require.Equal(t, []string{"1:running:1", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"))
+
+	// The lease runs out (as if renewals had failed) and another client takes the batch over.
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.NoError(t, err)
+	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
+	batches, err := other.ClaimBatch(b.ctx, 1, 10)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{1, 2, 3}, seqsOf(batches[0]))
+	select {
+	case cause := <-causes:
+		require.ErrorIs(t, cause, ordered.ErrLeaseLost)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler's context was not cancelled")
+	}
+	require.Equal(t, []string{"1:running:2", "2:running:2", "3:running:2"}, b.jobsOf(t, "k"), "the stale batch settled something")
+	lost, err := other.CompleteMany(b.ctx, batches[0])
+	require.NoError(t, err)
+	require.Empty(t, lost)
+}
