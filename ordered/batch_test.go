@@ -396,3 +396,21 @@ func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, lost)
 }
+
+// While a single claim holds a key's head, a batch claim takes nothing of the key; once it
+// completes, the batch starts at the next job.
+func TestClaimBatchWaitsForASingleClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2, 3)
+	single := b.claimOne(t, b.client)
+	require.Equal(t, int64(1), single.Seq)
+	batches, err := b.client.ClaimBatch(b.ctx, 10, 10)
+	require.NoError(t, err)
+	require.Empty(t, batches)
+	require.NoError(t, b.client.Complete(b.ctx, single))
+	batches, err = b.client.ClaimBatch(b.ctx, 10, 10)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{2, 3}, seqsOf(batches[0]))
+}
