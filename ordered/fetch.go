@@ -85,6 +85,9 @@ func (w *Worker) fetch(ctx context.Context, want int) (int, error) {
 	// would sit until their leases expire and lose an attempt.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	if w.batch != nil {
+		return w.fetchBatches(ctx, want)
+	}
 	// Only a claim made while prefetching can hold jobs claimed ahead of the slots.
 	ahead := w.prefetch() > 0
 	start := time.Now()
@@ -117,6 +120,9 @@ func (w *Worker) freeSlots() int {
 
 // prefetch is how many jobs beyond its slots the worker claims now.
 func (w *Worker) prefetch() int {
+	if w.batch != nil {
+		return 0 // a batch holds its key's next jobs: it is not claimed ahead of the slots
+	}
 	return prefetchFor(w.cfg.Workers, time.Duration(w.claimTime.Load()), time.Duration(w.slotTime.Load()))
 }
 

@@ -21,15 +21,25 @@ import (
 // goroutine: most jobs end before their first beat, and a goroutine a job would add a stack
 // that every garbage collection scans.
 func (w *Worker) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, job *Job) *heartbeat {
+	return w.startHeartbeatOf(ctx, cancel, job, nil)
+}
+
+// startBatchHeartbeat is startHeartbeat for a batch: one lease, all its jobs renewed in one
+// statement; the claim of any of them lost is the batch's lost.
+func (w *Worker) startBatchHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, batch []*Job) *heartbeat {
+	return w.startHeartbeatOf(ctx, cancel, batch[0], batch)
+}
+
+func (w *Worker) startHeartbeatOf(ctx context.Context, cancel context.CancelCauseFunc, job *Job, batch []*Job) *heartbeat {
 	interval := w.cfg.HeartbeatInterval
-	h := &heartbeat{w: w, ctx: ctx, cancel: cancel, job: job, fence: w.fenceAfter(job.claimedAt)}
+	h := &heartbeat{w: w, ctx: ctx, cancel: cancel, job: job, batch: batch, fence: w.fenceAfter(job.claimedAt)}
 	next := job.claimedAt.Add(interval)
 	if sent := time.Now(); sent.After(h.fence.Add(-interval)) {
 		// The claim took so long to answer (a completion batch that waited for its keys) that
 		// the fence is near: the lease is renewed before the job goes on, or the job goes
 		// back unrun (or is lost).
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
-		_, err := w.db.Renew(rctx, job)
+		err := h.renew(rctx)
 		rcancel()
 		if err != nil {
 			w.log.Warn("ordered: could not renew a lease that the claim's answer took long to bring", slogJob(job.ID, job.Key, job.Seq), "error", err)
@@ -57,6 +67,8 @@ type heartbeat struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	job    *Job
+	// batch, if set, is the batch job heads: its jobs are renewed together.
+	batch []*Job
 
 	mu sync.Mutex
 	// fence is when the handler's context is cancelled unless a renewal succeeds first.
@@ -102,7 +114,7 @@ func (h *heartbeat) beat() {
 
 	interval := w.cfg.HeartbeatInterval
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(h.ctx), interval)
-	_, err := w.db.Renew(rctx, job)
+	err := h.renew(rctx)
 	rcancel()
 
 	h.mu.Lock()
@@ -134,6 +146,15 @@ func (h *heartbeat) beat() {
 	if lost {
 		h.cancel(ErrLeaseLost)
 	}
+}
+
+// renew renews the job's lease, or the batch's.
+func (h *heartbeat) renew(ctx context.Context) error {
+	if h.batch != nil {
+		return h.w.db.RenewBatch(ctx, h.batch)
+	}
+	_, err := h.w.db.Renew(ctx, h.job)
+	return err
 }
 
 func (h *heartbeat) stop() {

@@ -53,6 +53,7 @@ const (
 	envJobDelay = "ORDERED_TEST_JOB_DELAY"     // how long each job works
 	envHold     = "ORDERED_TEST_HOLD"          // "key/seq": the job the handler holds
 	envGoFile   = "ORDERED_TEST_GO_FILE"       // holding ends when this file exists
+	envBatch    = "ORDERED_TEST_BATCH"         // a batch worker of this WorkerConfig.BatchSize (0: none)
 )
 
 // readyLine is what a worker process prints on stdout once its worker has started.
@@ -74,6 +75,9 @@ type processConfig struct {
 	// without GoFile it waits until its context ends and fails the attempt.
 	Hold   string
 	GoFile string
+	// Batch, if positive, makes the worker a batch worker with this BatchSize, whose handler
+	// records each job's "start" and "done" effects on their own (see effectsHandler.batch).
+	Batch int
 }
 
 func (c processConfig) env() []string {
@@ -87,6 +91,7 @@ func (c processConfig) env() []string {
 		envJobDelay + "=" + c.JobDelay.String(),
 		envHold + "=" + c.Hold,
 		envGoFile + "=" + c.GoFile,
+		envBatch + "=" + strconv.Itoa(c.Batch),
 	}
 }
 
@@ -104,6 +109,8 @@ func processConfigFromEnv() (processConfig, error) {
 	c.Lease, c.Poll, c.JobDelay = duration(envLease), duration(envPoll), duration(envJobDelay)
 	var err error
 	c.Workers, err = strconv.Atoi(os.Getenv(envWorkers))
+	errs = append(errs, err)
+	c.Batch, err = strconv.Atoi(os.Getenv(envBatch))
 	errs = append(errs, err)
 	if c.URL == "" || c.Name == "" {
 		errs = append(errs, fmt.Errorf("%s and %s are required", envDBURL, envName))
@@ -147,9 +154,13 @@ func workerProcessMain() int {
 		return 1
 	}
 	h := &effectsHandler{pool: pool, cfg: cfg}
-	w, err := client.NewWorker(ordered.TxHandlerFunc(h.handle), &ordered.WorkerConfig{
-		Workers: cfg.Workers, PollInterval: cfg.Poll,
-	})
+	wcfg := &ordered.WorkerConfig{Workers: cfg.Workers, PollInterval: cfg.Poll, BatchSize: cfg.Batch}
+	var w *ordered.Worker
+	if cfg.Batch > 0 {
+		w, err = client.NewBatchWorker(h.batch, wcfg)
+	} else {
+		w, err = client.NewWorker(ordered.TxHandlerFunc(h.handle), wcfg)
+	}
 	if err != nil {
 		logger.Error("worker process: worker", "error", err)
 		return 1
@@ -244,6 +255,24 @@ func (h *effectsHandler) handle(ctx context.Context, tx pgx.Tx, j *ordered.Job) 
 		}
 	}
 	return nil
+}
+
+// batch is the batch workers' handler: each job's "start" and "done" effects are committed on
+// their own, in order; the Hold job, after its "start", is held until the context ends.
+func (h *effectsHandler) batch(ctx context.Context, jobs []*ordered.Job) (int, error) {
+	for i, j := range jobs {
+		if err := h.record(ctx, h.pool, j, "start"); err != nil {
+			return i, err
+		}
+		if j.IdempotencyKey() == h.cfg.Hold {
+			<-ctx.Done()
+			return i, context.Cause(ctx)
+		}
+		if err := h.record(ctx, h.pool, j, "done"); err != nil {
+			return i, err
+		}
+	}
+	return len(jobs), nil
 }
 
 // execer is a pool, a connection or a transaction.

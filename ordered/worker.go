@@ -43,6 +43,8 @@ type Worker struct {
 	client  *Client
 	db      *Client
 	handler Handler
+	// batch is set for a batch worker (NewBatchWorker), which runs it instead of handler.
+	batch   BatchHandlerFunc
 	cfg     WorkerConfig
 	log     *slog.Logger
 	metrics *metrics
@@ -81,6 +83,9 @@ type Worker struct {
 	jobs        *pool.Pool
 	completer   *completer.Completer[*Job, completionResult]
 	completions *startstop.Service
+	// batchCompleter batches a batch worker's completions as completer does a worker's jobs;
+	// it runs in the completions service too.
+	batchCompleter *completer.Completer[*batchCompletion, batchCompletionResult]
 	// stopper runs the stop; a panic in it (a loop's, re-raised) is re-raised by Stop.
 	stopper conc.WaitGroup
 	stopped chan struct{}
@@ -161,6 +166,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.jobs = pool.New().WithMaxGoroutines(w.cfg.Workers + prefetchMax(w.cfg.Workers) + unsettledMax + ClaimBatchMax)
 	w.completer = completer.New(w.flushCompletions, CompleteBatchMax, completeFlushesMax)
 	w.completions = startstop.New(w.completer.Run)
+	if w.batch != nil {
+		w.batchCompleter = completer.New(w.flushBatchCompletions, w.batchesPerStatement(), completeFlushesMax)
+		w.completions = startstop.New(w.batchCompleter.Run)
+	}
 	w.loops = []*startstop.Service{startstop.New(w.fetchLoop), startstop.New(w.maintainer().Run)}
 	if n := w.notifier(); n != nil {
 		w.loops = append(w.loops, startstop.New(n.Run))

@@ -84,6 +84,11 @@ type WorkerConfig struct {
 	// the workers of two queues (two schemas) need labels of their own, with the same names.
 	MetricsLabels prometheus.Labels
 
+	// BatchSize is how many jobs of one key a batch worker (Client.NewBatchWorker) takes under
+	// one claim, at most. Default BatchSizeDefault; at most BatchSizeMax. Other workers ignore
+	// it.
+	BatchSize int
+
 	// Name identifies this worker: the application_name of the sessions that claim, so
 	// pg_stat_activity shows it, and the claimed_by of every job it claims, so the dashboard
 	// shows who holds a job. Default: the pool's application_name, else "ordered HOST:PID".
@@ -123,6 +128,8 @@ func (c *WorkerConfig) validate(lease time.Duration) error {
 			c.StopGrace, lease, c.HeartbeatInterval)
 	case c.MaxAttempts < 0:
 		return fmt.Errorf("ordered: WorkerConfig.MaxAttempts %d must not be negative", c.MaxAttempts)
+	case c.BatchSize < 0 || c.BatchSize > BatchSizeMax:
+		return fmt.Errorf("ordered: WorkerConfig.BatchSize %d must be between 1 and %d (0: the default)", c.BatchSize, BatchSizeMax)
 	case c.MaintenanceInterval <= 0:
 		return fmt.Errorf("ordered: WorkerConfig.MaintenanceInterval %v must be positive", c.MaintenanceInterval)
 	}

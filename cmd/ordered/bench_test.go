@@ -37,7 +37,8 @@ func TestBenchQuickRuns(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, units["commits/s"], "the ceiling")
-	require.Equal(t, 3*2+3, units["jobs/s"], "3 throughput shapes with 8 and 64 handlers, 2 hot-key drains, the deep backlog")
+	require.Equal(t, (3+2)*2+3, units["jobs/s"],
+		"3 throughput shapes and 2 of them again in batches, with 8 and 64 handlers, 2 hot-key drains, the deep backlog")
 	require.Equal(t, 2, units["events/s"], "bulk and single enqueue")
 	require.Equal(t, 1, units["ratio"], "hot-key flatness")
 	require.Equal(t, 2+4+5, units["ms"], "deep p50/p99, wake-up p50/p99 twice, 5 churn windows")

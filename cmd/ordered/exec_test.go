@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -302,4 +304,57 @@ func TestWorkSIGKILLKeepsKeyOrder(t *testing.T) {
 	require.Empty(t, running(procs))
 	require.Empty(t, processesOf(a))
 	requireTrapRan(t, r, "1-1")
+}
+
+// work --exec --batch: each key's jobs come to one command as JSON Lines, in seq order; exit 0
+// completes the batch; otherwise the seqs the command appended to ORDERED_PROGRESS_FILE are
+// completed, the exit status applies to the next job (65 fails it for good, 3 retries it) and
+// the rest go back with their attempts not counted.
+func TestWorkExecBatchProgress(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"a","seq":1,"payload":{"n":1}}
+{"key":"a","seq":2}
+{"key":"a","seq":3}
+{"key":"b","seq":1}
+{"key":"b","seq":2}
+{"key":"b","seq":3}
+{"key":"b","seq":4}
+{"key":"b","seq":5}
+{"key":"c","seq":1}
+{"key":"c","seq":2}
+{"key":"c","seq":3}
+`)
+	w := startCLIWorker(t, q, "--batch", "10", "--exec", `d=$ORDERED_TEST_DIR
+cat > "$d/in-$ORDERED_KEY-$ORDERED_FIRST_SEQ"
+echo "$ORDERED_KEY $ORDERED_BATCH_SIZE $ORDERED_FIRST_SEQ $ORDERED_LAST_SEQ" >> "$d/calls"
+case "$ORDERED_KEY-$ORDERED_FIRST_SEQ" in
+b-1) echo 1 >> "$ORDERED_PROGRESS_FILE"; echo 2 >> "$ORDERED_PROGRESS_FILE"; exit 65;;
+c-1) echo 1 >> "$ORDERED_PROGRESS_FILE"; exit 3;;
+esac`)
+	require.Eventually(t, func() bool {
+		return jobStatesAre(q.Pool,
+			"a/1 done attempts=1", "a/2 done attempts=1", "a/3 done attempts=1",
+			"b/1 done attempts=1", "b/2 done attempts=1", "b/3 blocked attempts=1",
+			"b/4 queued attempts=0", "b/5 queued attempts=0",
+			"c/1 done attempts=1", "c/2 done attempts=2", "c/3 done attempts=1")
+	}, 2*time.Minute, 20*time.Millisecond, "worker stderr:\n%s\njobs: %v", w.stderr(), jobStates(t, q.Pool))
+
+	calls := strings.Split(strings.TrimSpace(w.file("calls")), "\n")
+	slices.Sort(calls)
+	require.Equal(t, []string{"a 3 1 3", "b 5 1 5", "c 2 2 3", "c 3 1 3"}, calls)
+	var lines []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(w.file("in-a-1")), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		lines = append(lines, m)
+	}
+	require.Len(t, lines, 3)
+	require.Equal(t, "a", lines[0]["key"])
+	require.EqualValues(t, 1, lines[0]["seq"])
+	require.EqualValues(t, 1, lines[0]["attempt"])
+	require.Equal(t, "a/1", lines[0]["idempotency_key"])
+	require.Equal(t, map[string]any{"n": float64(1)}, lines[0]["payload"])
+	require.EqualValues(t, 3, lines[2]["seq"])
+	require.Contains(t, w.file("in-c-2"), `"attempt":2`)
 }

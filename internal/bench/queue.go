@@ -69,11 +69,17 @@ func load(ctx context.Context, c *ordered.Client, n, keys int, keyName func(int)
 func keyName(i int) string { return fmt.Sprintf("key-%06d", i) }
 
 // drain runs a worker with a no-op handler until want jobs completed; it returns jobs/s and
-// the completion latency (handler return to completion committed) p50 and p99 in ms.
-func (b *bench) drain(ctx context.Context, q *benchQueue, handlers, want int) (rate, p50, p99 float64, err error) {
+// the completion latency (handler return to completion committed) p50 and p99 in ms. With
+// batch > 0 the worker is a batch worker of that BatchSize.
+func (b *bench) drain(ctx context.Context, q *benchQueue, handlers, want, batch int) (rate, p50, p99 float64, err error) {
 	reg := prometheus.NewRegistry()
-	w, err := q.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
-		&ordered.WorkerConfig{Workers: handlers, PollInterval: 50 * time.Millisecond, Registerer: reg, Retention: -1})
+	cfg := &ordered.WorkerConfig{Workers: handlers, PollInterval: 50 * time.Millisecond, Registerer: reg, Retention: -1, BatchSize: batch}
+	var w *ordered.Worker
+	if batch > 0 {
+		w, err = q.client.NewBatchWorker(func(_ context.Context, jobs []*ordered.Job) (int, error) { return len(jobs), nil }, cfg)
+	} else {
+		w, err = q.client.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }), cfg)
+	}
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -18,16 +18,18 @@ type Sizes struct {
 	Many, ManyKeys      int
 	OrderedKeys, PerKey int
 	Serial              int
-	Handlers            []int
-	HotSmall, HotBig    int // the hot key's backlogs
-	HotOthers           int // other keys drained, one job each
-	DeepJobs, DeepKeys  int
-	DeepTime            time.Duration
-	Bulk                int // events of the bulk enqueue
-	SingleTime          time.Duration
-	WakeSamples         int
-	Churn               time.Duration
-	ChurnRate           int // events/s
+	// BatchSize is the batch workers' BatchSize in the batched drains of (b) and (c).
+	BatchSize          int
+	Handlers           []int
+	HotSmall, HotBig   int // the hot key's backlogs
+	HotOthers          int // other keys drained, one job each
+	DeepJobs, DeepKeys int
+	DeepTime           time.Duration
+	Bulk               int // events of the bulk enqueue
+	SingleTime         time.Duration
+	WakeSamples        int
+	Churn              time.Duration
+	ChurnRate          int // events/s
 }
 
 // Full is the full run's sizes.
@@ -35,7 +37,7 @@ var Full = Sizes{
 	CeilingTime: 10 * time.Second,
 	ManyKeys:    10_000, Many: 50_000,
 	OrderedKeys: 1_000, PerKey: 50,
-	Serial:   5_000,
+	Serial: 5_000, BatchSize: 100,
 	HotSmall: 1_000, HotBig: 1_000_000, HotOthers: 1_000,
 	DeepJobs: 1_000_000, DeepKeys: 100_000, DeepTime: 10 * time.Second,
 	Bulk:        100_000,
@@ -51,7 +53,7 @@ var Quick = Sizes{
 	CeilingTime: time.Second,
 	ManyKeys:    500, Many: 2_000,
 	OrderedKeys: 50, PerKey: 40,
-	Serial:   300,
+	Serial: 300, BatchSize: 50,
 	HotSmall: 1_000, HotBig: 20_000, HotOthers: 200,
 	DeepJobs: 20_000, DeepKeys: 2_000, DeepTime: time.Second,
 	Bulk:        20_000,
@@ -79,6 +81,7 @@ func (s *Sizes) Flags() []SizeFlag {
 		{"ordered-keys", "throughput (b): keys", &s.OrderedKeys},
 		{"per-key", "throughput (b): jobs per key", &s.PerKey},
 		{"serial-jobs", "throughput (c): jobs of the one key", &s.Serial},
+		{"batch-size", "throughput (b) and (c): the batch workers' batch size", &s.BatchSize},
 		{"handlers", "throughput: handler counts, one drain each", &s.Handlers},
 		{"hot-small", "hot key: the small backlog", &s.HotSmall},
 		{"hot-big", "hot key: the big backlog", &s.HotBig},

@@ -40,5 +40,5 @@ func TestFlagsAreDistinct(t *testing.T) {
 		require.False(t, values[f.Value], f.Name)
 		names[f.Name], values[f.Value] = true, true
 	}
-	require.Len(t, names, 19)
+	require.Len(t, names, 20)
 }

@@ -291,7 +291,7 @@ func (e *execReport) violations() []string {
 func RecordStarts(pool *pgxpool.Pool, h ordered.HandlerFunc) ordered.HandlerFunc {
 	pid := os.Getpid()
 	return func(ctx context.Context, job *ordered.Job) error {
-		if _, err := pool.Exec(ctx, startSQL, job.Key, job.Seq, job.ClaimVersion, pid); err != nil {
+		if _, err := pool.Exec(ctx, startSQL, job.Key, job.Seq, job.ClaimVersion, pid, ""); err != nil {
 			return err
 		}
 		return h(ctx, job)

@@ -27,13 +27,13 @@ func readHistory(ctx context.Context, pool *pgxpool.Pool, enqueued, expected []h
 	}
 	if h.Starts, err = collect(ctx, pool, startsSQL, func(r pgx.CollectableRow) (history.Start, error) {
 		var s history.Start
-		return s, r.Scan(&s.Key, &s.Seq, &s.ClaimVersion, &s.At)
+		return s, r.Scan(&s.Key, &s.Seq, &s.ClaimVersion, &s.At, &s.Batch)
 	}); err != nil {
 		return h, err
 	}
 	h.Effects, err = collect(ctx, pool, effectsSQL, func(r pgx.CollectableRow) (history.Effect, error) {
 		var e history.Effect
-		return e, r.Scan(&e.Key, &e.Seq, &e.ClaimVersion, &e.Order)
+		return e, r.Scan(&e.Key, &e.Seq, &e.ClaimVersion, &e.Order, &e.Batch)
 	})
 	return h, err
 }

@@ -47,7 +47,14 @@ type run struct {
 	// command, when set, is the user's command the workers run, and effects the file it
 	// records its effects in (see RunExec).
 	command, effects string
+	// spawned counts the worker processes started: in at-least-once runs every other one is
+	// a batch worker (batchSize).
+	spawned int
 }
+
+// batchSize is the BatchSize of the chaos run's batch workers: small, so that batches end
+// often at flaky jobs and key boundaries, and crash in the middle.
+const batchSize = 8
 
 // runOne is one run against a fresh schema of the cluster.
 func runOne(ctx context.Context, cluster *pgcluster.Cluster, o Options, pol string, transactional bool) (result, error) {
@@ -191,7 +198,12 @@ func (r *run) enqueueGapFill(ctx context.Context) error {
 
 // spawn starts a worker process.
 func (r *run) spawn() (*exec.Cmd, error) {
-	return harness.SpawnSelf(io.Discard, io.Discard, r.workerArgs(r.workerURL)...)
+	args := r.workerArgs(r.workerURL)
+	if !r.transactional && r.command == "" && r.spawned%2 == 1 {
+		args = append(args, "--batch", strconv.Itoa(batchSize))
+	}
+	r.spawned++
+	return harness.SpawnSelf(io.Discard, io.Discard, args...)
 }
 
 // workerArgs are the arguments of a worker process that connects to url.

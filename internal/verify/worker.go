@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -29,6 +30,9 @@ type Worker struct {
 	Transactional bool
 	// Work is the mean time spent on a job.
 	Work time.Duration
+	// Batch, if positive, makes the process a batch worker of this BatchSize (BatchHandler):
+	// the at-least-once runs mix such processes with the others.
+	Batch int
 }
 
 // Config is the worker's client configuration; logger takes its logs.
@@ -45,6 +49,7 @@ func (w Worker) Config(logger *slog.Logger) ordered.Config {
 func (w Worker) WorkerConfig() ordered.WorkerConfig {
 	return ordered.WorkerConfig{
 		Workers: w.Workers, PollInterval: 100 * time.Millisecond, MaintenanceInterval: 300 * time.Millisecond,
+		BatchSize: w.Batch,
 	}
 }
 
@@ -53,7 +58,7 @@ func (w Worker) Handler(pool *pgxpool.Pool) ordered.Handler {
 	pid := os.Getpid()
 	if w.Transactional {
 		return ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, job *ordered.Job) error {
-			if err := w.attempt(ctx, pool, job, pid); err != nil {
+			if err := w.attempt(ctx, pool, job, pid, ""); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, effectSQL, job.Key, job.Seq, job.ClaimVersion)
@@ -61,17 +66,36 @@ func (w Worker) Handler(pool *pgxpool.Pool) ordered.Handler {
 		})
 	}
 	return ordered.HandlerFunc(func(ctx context.Context, job *ordered.Job) error {
-		if err := w.attempt(ctx, pool, job, pid); err != nil {
+		if err := w.attempt(ctx, pool, job, pid, ""); err != nil {
 			return err
 		}
-		_, err := pool.Exec(ctx, fencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID)
+		_, err := pool.Exec(ctx, fencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID, "")
 		return err
 	})
 }
 
-// attempt records the attempt's start, then plays the event's script.
-func (w Worker) attempt(ctx context.Context, pool *pgxpool.Pool, job *ordered.Job, pid int) error {
-	if _, err := pool.Exec(ctx, startSQL, job.Key, job.Seq, job.ClaimVersion, pid); err != nil {
+// BatchHandler is the batch worker's handler: each job of the batch in order as Handler runs
+// it at least once; the first that fails stops the batch.
+func (w Worker) BatchHandler(pool *pgxpool.Pool) ordered.BatchHandlerFunc {
+	pid := os.Getpid()
+	return func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+		batch := fmt.Sprintf("%d/%d", jobs[0].ID, jobs[0].ClaimVersion)
+		for i, job := range jobs {
+			if err := w.attempt(ctx, pool, job, pid, batch); err != nil {
+				return i, err
+			}
+			if _, err := pool.Exec(ctx, fencedEffectSQL, job.Key, job.Seq, job.ClaimVersion, job.ID, batch); err != nil {
+				return i, err
+			}
+		}
+		return len(jobs), nil
+	}
+}
+
+// attempt records the attempt's start (under batch, if a batch worker's), then plays the
+// event's script.
+func (w Worker) attempt(ctx context.Context, pool *pgxpool.Pool, job *ordered.Job, pid int, batch string) error {
+	if _, err := pool.Exec(ctx, startSQL, job.Key, job.Seq, job.ClaimVersion, pid, batch); err != nil {
 		return err
 	}
 	return harness.Play(ctx, job, w.Work)

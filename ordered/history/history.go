@@ -36,6 +36,11 @@ type Start struct {
 	ID
 	ClaimVersion int64
 	At           time.Time
+	// Batch identifies the batch claim the attempt ran under (a batch worker's), if any. A
+	// batch's jobs run one after the other in one handler and are completed together, so an
+	// event may start before an earlier event finished if that one started in the same batch
+	// before it.
+	Batch string
 }
 
 // Effect is a handler's effect that took hold. Order is the effect's position in the order
@@ -45,6 +50,11 @@ type Effect struct {
 	ID
 	ClaimVersion int64
 	Order        int64
+	// Batch identifies the batch claim the effect was applied under, if any (see
+	// Start.Batch). A batch whose completion never committed runs again from its first
+	// unfinished job, so an at-least-once effect may land before a replayed effect of an
+	// earlier event if that event's effect landed in the same batch before it.
+	Batch string
 }
 
 // Job is an enqueued event's final state: its status in ordered_jobs (queued, running, done,
@@ -142,6 +152,9 @@ func (r *Report) checkKey(ids []ID, jobs map[ID]Job, starts map[ID][]Start, effe
 		finishedBy time.Time // the latest finish of the key's earlier events
 		blockedBy  *ID       // an earlier event blocking the key
 		lastEffect = Effect{Order: -1}
+		prior      []priorEvent
+		// the effects of the key's earlier events, event by event
+		priorEffects [][]Effect
 	)
 	for _, id := range ids {
 		job, ok := jobs[id]
@@ -161,20 +174,22 @@ func (r *Report) checkKey(ids []ID, jobs map[ID]Job, starts map[ID][]Start, effe
 			case blockedBy != nil:
 				r.OrderInversions++
 				r.problem("%s started although %s blocks the key", id, *blockedBy)
-			case s.At.Before(finishedBy):
+			case s.At.Before(finishedBy) && !startedInBatch(prior, s):
 				r.OrderInversions++
 				r.problem("%s started at %s, before an earlier event of the key finished at %s",
 					id, s.At.Format(time.RFC3339Nano), finishedBy.Format(time.RFC3339Nano))
 			}
 		}
-		// Every effect of this event must land after every effect of the earlier ones.
+		// Every effect of this event must land after every effect of the earlier ones (but
+		// for the replays of a batch).
 		for _, e := range es {
-			if e.Order < lastEffect.Order {
+			if e.Order < lastEffect.Order && !replayedAfterBatch(priorEffects, e) {
 				r.OrderInversions++
 				r.problem("%s's effect landed before %s's", id, lastEffect.ID)
 				break
 			}
 		}
+		priorEffects = append(priorEffects, es)
 		for _, e := range es {
 			if e.Order > lastEffect.Order {
 				lastEffect = e
@@ -214,5 +229,48 @@ func (r *Report) checkKey(ids []ID, jobs map[ID]Job, starts map[ID][]Start, effe
 		if ok && (job.Status == "done" || job.Status == "failed") && job.FinishedAt.After(finishedBy) {
 			finishedBy = job.FinishedAt
 		}
+		if ok && (job.Status == "done" || job.Status == "failed") {
+			prior = append(prior, priorEvent{finished: job.FinishedAt, starts: ss})
+		}
 	}
+}
+
+// priorEvent is an earlier event of a key, as startedInBatch needs it.
+type priorEvent struct {
+	finished time.Time
+	starts   []Start
+}
+
+// startedInBatch reports whether s is a batch's start that every earlier event finishing
+// after it preceded in the same batch.
+func startedInBatch(prior []priorEvent, s Start) bool {
+	if s.Batch == "" {
+		return false
+	}
+	for _, p := range prior {
+		if !p.finished.After(s.At) {
+			continue
+		}
+		if !slices.ContainsFunc(p.starts, func(ps Start) bool { return ps.Batch == s.Batch && !ps.At.After(s.At) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// replayedAfterBatch reports whether e is a batch's effect that every earlier event's effect
+// landing after it follows an effect of that event in the same batch, before e: a replay.
+func replayedAfterBatch(prior [][]Effect, e Effect) bool {
+	if e.Batch == "" {
+		return false
+	}
+	for _, es := range prior {
+		if !slices.ContainsFunc(es, func(f Effect) bool { return f.Order > e.Order }) {
+			continue
+		}
+		if !slices.ContainsFunc(es, func(f Effect) bool { return f.Batch == e.Batch && f.Order < e.Order }) {
+			return false
+		}
+	}
+	return true
 }

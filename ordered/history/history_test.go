@@ -149,3 +149,40 @@ func TestDuplicateEffectLandingLate(t *testing.T) {
 	r = history.Check(h)
 	require.Equal(t, 2, r.OrderInversions, "k/2 and k/3 both landed before k/1's duplicate")
 }
+
+// batchRun is key k, seqs 1..3, run by batch A (all three, its completion lost) and again by
+// batch B, which completed them: starts and effects in seq order within each batch.
+func batchRun() history.History {
+	h := history.History{}
+	for s := int64(1); s <= 3; s++ {
+		h.Enqueued = append(h.Enqueued, id("k", s))
+		h.Starts = append(h.Starts,
+			history.Start{ID: id("k", s), ClaimVersion: 1, At: at(int(s)), Batch: "A"},
+			history.Start{ID: id("k", s), ClaimVersion: 2, At: at(100 + int(s)), Batch: "B"})
+		h.Effects = append(h.Effects,
+			history.Effect{ID: id("k", s), ClaimVersion: 1, Order: s, Batch: "A"},
+			history.Effect{ID: id("k", s), ClaimVersion: 2, Order: 10 + s, Batch: "B"})
+		h.Jobs = append(h.Jobs, history.Job{ID: id("k", s), Status: "done", FinishedAt: at(200)})
+	}
+	return h
+}
+
+// A batch's jobs start before the earlier ones finish (they complete together), and a batch
+// run again after its lost completion replays effects: neither is an inversion. A start or
+// an effect outside the batch that ran the earlier event is.
+func TestBatchesAreNotInversions(t *testing.T) {
+	t.Parallel()
+	r := history.Check(batchRun())
+	require.True(t, r.Clean(false), "%v", r.Problems)
+	require.Equal(t, 3, r.DuplicateEffects)
+
+	h := batchRun()
+	h.Starts[2].Batch = "C" // k/2's first start is not in A, where k/1 ran before it
+	r = history.Check(h)
+	require.Equal(t, 2, r.OrderInversions, "k/2 and k/3 (whose k/2 did not run in A): %v", r.Problems)
+
+	h = batchRun()
+	h.Effects[2].Batch = "" // k/2's first effect, before k/1's replay, was in no batch
+	r = history.Check(h)
+	require.Equal(t, 2, r.OrderInversions, "k/2 and k/3 (whose k/2 was not in A): %v", r.Problems)
+}

@@ -1,1 +1,1 @@
-SELECT key, seq, claim_version, id FROM verify_effects
+SELECT key, seq, claim_version, id, batch FROM verify_effects

@@ -1,1 +1,1 @@
-SELECT key, seq, claim_version, at FROM verify_starts
+SELECT key, seq, claim_version, at, batch FROM verify_starts

@@ -30,6 +30,10 @@ var (
 	jobBatchOutcomeSQL    = query("job_batch_outcome.sql")
 	jobClaimLostSQL       = query("job_claim_lost.sql")
 	jobClaimManySQL       = query("job_claim_many.sql")
+	jobClaimBatchSQL      = query("job_claim_batch.sql")
+	jobCompleteBatchSQL   = query("job_complete_batch.sql")
+	jobLeaseExtendManySQL = query("job_lease_extend_many.sql")
+	jobReleaseUnrunMany   = query("job_release_unrun_many.sql")
 	jobCompleteManySQL    = query("job_complete_many.sql")
 	jobCompleteOrAbortSQL = query("job_complete_or_abort.sql")
 	jobEnqueueJSONSQL     = query("job_enqueue_json.sql")
@@ -128,6 +132,47 @@ func JobClaimMany(ctx context.Context, db DBTX, limit int, lease time.Duration) 
 		return nil, err
 	}
 	return collectClaimed(rows)
+}
+
+// JobClaimBatch claims up to limit heads, each with up to batch - 1 of its key's next jobs,
+// leased for lease: key by key, in seq order.
+func JobClaimBatch(ctx context.Context, db DBTX, limit, batch int, lease time.Duration) ([]ClaimedJob, error) {
+	rows, err := db.Query(ctx, jobClaimBatchSQL, limit, batch, lease)
+	if err != nil {
+		return nil, err
+	}
+	return collectClaimed(rows)
+}
+
+// JobCompleteBatch is JobCompleteMany for batch workers: the next heads it claims are extended
+// into batches of up to batch jobs.
+func JobCompleteBatch(ctx context.Context, db DBTX, ids, versions []int64, nextLimit, batch int,
+	lease time.Duration) (completed []Claim, claimed []ClaimedJob, err error) {
+	rows, err := db.Query(ctx, jobCompleteBatchSQL, ids, versions, nextLimit, batch, lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	return scanCompletion(rows)
+}
+
+// LeaseExtendMany renews the leases of the claims (ids[i], versions[i]) and returns the ids of
+// those renewed; the others were lost.
+func LeaseExtendMany(ctx context.Context, db DBTX, ids, versions []int64, lease time.Duration) ([]int64, error) {
+	return queryIDs(ctx, db, jobLeaseExtendManySQL, ids, versions, lease)
+}
+
+// JobReleaseUnrunMany gives back the claims (ids[i], versions[i]) of jobs that never ran, their
+// attempts not counted, and returns the ids of those given back; the others were lost.
+func JobReleaseUnrunMany(ctx context.Context, db DBTX, ids, versions []int64) ([]int64, error) {
+	return queryIDs(ctx, db, jobReleaseUnrunMany, ids, versions)
+}
+
+func queryIDs(ctx context.Context, db DBTX, sql string, args ...any) ([]int64, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 func collectClaimed(rows pgx.Rows) ([]ClaimedJob, error) {

@@ -32,12 +32,12 @@ func TestBenchSizeFlagsMapEachSize(t *testing.T) {
 		HotSmall: 10, HotBig: 11, HotOthers: 12,
 		DeepJobs: 13, DeepKeys: 14, DeepTime: 15 * time.Millisecond,
 		Bulk: 16, SingleTime: 17 * time.Millisecond, WakeSamples: 18,
-		ChurnRate: 19, Churn: 20 * time.Millisecond,
+		ChurnRate: 19, Churn: 20 * time.Millisecond, BatchSize: 21,
 	}, parse("--ceiling-time=1ms", "--ceiling-clients=2", "--many-jobs=3", "--many-keys=4",
 		"--ordered-keys=5", "--per-key=6", "--serial-jobs=7", "--handlers=8,9", "--hot-small=10",
 		"--hot-big=11", "--hot-others=12", "--deep-jobs=13", "--deep-keys=14", "--deep-time=15ms",
 		"--bulk-events=16", "--single-time=17ms", "--wake-samples=18", "--churn-rate=19",
-		"--duration=20ms"), "every size has a flag of its own")
+		"--duration=20ms", "--batch-size=21"), "every size has a flag of its own")
 
 	want := bench.Quick
 	want.PerKey = 6

@@ -21,6 +21,8 @@ keys wait on the gaps), runs several worker processes over them and injects faul
 connections, and a restart of PostgreSQL. Every attempt and effect is recorded on the
 database clock and the history is checked: lost jobs, duplicated effects, re-executions,
 order inversions, failures beyond the poison events, and the longest recovery after a kill.
+In the at-least-once runs every other worker process is a batch worker (batches of 8
+consecutive jobs of a key, Client.NewBatchWorker), beside the plain ones, under the same faults.
 The last line says whether the run is clean; a run that is not exits non-zero.
 
 Full form: 4 runs of 200 keys x 25 events, about 4 minutes. --short: 4 runs of 40 x 15,
@@ -98,11 +100,15 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 			if command != "" {
 				return a.runWorker(cmd.Context(), a.verifyExecWorker(w, command, effects))
 			}
-			return a.runWorker(cmd.Context(), workerSetup{
+			setup := workerSetup{
 				client:  w.Config(quietLogger(a.stderr)),
 				worker:  w.WorkerConfig(),
 				handler: func(pool *pgxpool.Pool) ordered.Handler { return w.Handler(pool) },
-			})
+			}
+			if w.Batch > 0 {
+				setup.batchFor = w.BatchHandler
+			}
+			return a.runWorker(cmd.Context(), setup)
 		},
 	}
 	f := cmd.Flags()
@@ -112,6 +118,7 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 	f.DurationVar(&w.Lease, "lease", time.Second, "lease")
 	f.BoolVar(&w.Transactional, "transactional", false, "commit each effect with its completion")
 	f.DurationVar(&w.Work, "work", 20*time.Millisecond, "mean time spent on a job")
+	f.IntVar(&w.Batch, "batch", 0, "run as a batch worker of this batch size (at-least-once)")
 	f.StringVar(&command, "exec", "", "run this command per job (see verify --exec)")
 	f.StringVar(&effects, "effects", "", "the file the command records its effects in")
 	return cmd

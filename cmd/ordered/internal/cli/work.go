@@ -36,6 +36,16 @@ once, and when the worker dies (even by SIGKILL), they get SIGTERM, then SIGKILL
 --kill-grace. When COMMAND exits, what it left running is ended the same way before the job
 counts as done.
 
+With --batch N, COMMAND runs once per batch: up to N consecutive ready jobs of one key, in
+seq order, under one claim. Its standard input is the batch as JSON Lines, one job a line:
+{"id", "key", "seq", "kind", "attempt", "claim_version", "idempotency_key", "payload"}; its
+environment has ORDERED_KEY, ORDERED_BATCH_SIZE (the jobs in this batch), ORDERED_FIRST_SEQ,
+ORDERED_LAST_SEQ and ORDERED_PROGRESS_FILE. Exit 0 completes the whole batch. Otherwise the
+jobs COMMAND finished are those whose seqs it appended to ORDERED_PROGRESS_FILE, one a line,
+in the batch's order from its first job (echo "$seq" >> "$ORDERED_PROGRESS_FILE"): they are
+completed, the exit status applies to the next job (65 fails it for good, any other retries
+it), and the jobs after it go back to the queue unrun, their attempts not counted.
+
 SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stops at once
 (running jobs go back to the queue, their attempts not counted).`
 
@@ -52,6 +62,7 @@ type workFlags struct {
 	killGrace   time.Duration
 	databaseEnv bool
 	name        string
+	batch       int
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -79,6 +90,7 @@ func (a *app) workCmd() *cobra.Command {
 	f.StringVar(&w.metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.DurationVar(&w.killGrace, "kill-grace", 0, "how long COMMAND's processes get between SIGTERM and SIGKILL (at most --lease/2; default 5s or --lease/6, whichever is shorter)")
 	f.StringVar(&w.name, "name", "", "this worker's name, recorded with each job it claims and shown by ordered ui (default: ordered work HOST:PID)")
+	f.IntVar(&w.batch, "batch", 0, "run COMMAND once per batch of up to N consecutive jobs of one key (JSON Lines on stdin; see above); 0: once per job")
 	f.BoolVar(&w.databaseEnv, "exec-database-env", false, "give COMMAND the worker's DATABASE_URL (--database-url when set) and PG* variables")
 	return cmd
 }
@@ -87,6 +99,9 @@ func (a *app) workCmd() *cobra.Command {
 func (a *app) work(ctx context.Context, w workFlags) error {
 	if err := validateWorkFlags(w.command, w.workers, w.lease, w.maxAttempts, w.poll, w.killGrace); err != nil {
 		return err
+	}
+	if w.batch < 0 || w.batch > ordered.BatchSizeMax {
+		return fmt.Errorf("--batch must be between 0 and %d", ordered.BatchSizeMax)
 	}
 	execCfg := execConfig{
 		command: w.command,
@@ -104,9 +119,10 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 		client: ordered.Config{Lease: w.lease, Policy: policy.Always(decision), Logger: logger},
 		worker: ordered.WorkerConfig{
 			Workers: w.workers, PollInterval: w.poll, PollOnly: w.pollOnly, Registerer: reg, MaxAttempts: w.maxAttempts,
-			StopGrace: w.killGrace, Name: cmp.Or(w.name, defaultWorkerName()),
+			StopGrace: w.killGrace, Name: cmp.Or(w.name, defaultWorkerName()), BatchSize: w.batch,
 		},
-		handler: func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
+		handler:  func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
+		batchFor: batchHandlerIf(w.batch > 0, execCfg, a),
 		started: func(r workerRun) (func(), error) {
 			if w.metricsAddr == "" {
 				return func() {}, nil

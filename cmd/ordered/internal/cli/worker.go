@@ -19,6 +19,9 @@ type workerSetup struct {
 	worker ordered.WorkerConfig
 	// handler builds the handler; it may use the worker's pool.
 	handler func(pool *pgxpool.Pool) ordered.Handler
+	// batchFor, if set, makes the worker a batch worker (worker.BatchSize) running the handler
+	// it builds instead.
+	batchFor func(pool *pgxpool.Pool) ordered.BatchHandlerFunc
 	// started, if set, runs once the worker is built, before it starts (to serve metrics and
 	// health, say); the function it returns runs when the process stops.
 	started func(r workerRun) (func(), error)
@@ -58,7 +61,12 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 		return err
 	}
 	defer pool.Close()
-	w, err := client.NewWorker(s.handler(pool), &s.worker)
+	var w *ordered.Worker
+	if s.batchFor != nil {
+		w, err = client.NewBatchWorker(s.batchFor(pool), &s.worker)
+	} else {
+		w, err = client.NewWorker(s.handler(pool), &s.worker)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,416 @@
+package ordered_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
+)
+
+// startBatchWorker starts a batch worker and stops it when the test ends.
+func startBatchWorker(t *testing.T, b *testBundle, c *ordered.Client, h ordered.BatchHandlerFunc, cfg *ordered.WorkerConfig) *ordered.Worker {
+	t.Helper()
+	w, err := c.NewBatchWorker(h, cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.StopAndCancel(ctx))
+	})
+	return w
+}
+
+func seqsOf(jobs []*ordered.Job) []int64 {
+	out := make([]int64, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.Seq
+	}
+	return out
+}
+
+// jobsOf reads (seq, status, attempts) of a key's jobs in seq order.
+func (b *testBundle) jobsOf(t *testing.T, key string) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT format('%s:%s:%s', seq, status, attempts) FROM ordered_jobs
+		WHERE key = $1 ORDER BY seq`, key)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// A batch holds up to N consecutive open jobs of one key in seq order, under one claim: holes
+// in the seqs of a default key are no stop, a contiguous key's are, and so are a job not due
+// and the batch size. No other claim takes any job of a key while its batch runs.
+func TestClaimBatchTakesConsecutiveJobsOfAKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "hot", 1, 2, 3, 4, 5, 6)
+	b.enqueue(t, "holes", 1, 3, 7)
+	b.enqueue(t, "contig", 1, 2, 3, 5, 6)
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_keys SET next_seq = 1 WHERE key = 'contig'`)
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "later", Seq: 1})
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "later", Seq: 2, RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+
+	batches, err := b.client.ClaimBatch(b.ctx, 10, 4)
+	require.NoError(t, err)
+	got := map[string][]int64{}
+	for _, batch := range batches {
+		got[batch[0].Key] = seqsOf(batch)
+		for _, j := range batch {
+			require.Equal(t, 1, j.Attempt)
+			require.Equal(t, batch[0].LeaseUntil, j.LeaseUntil, "one lease for the batch")
+		}
+	}
+	require.Equal(t, map[string][]int64{
+		"hot": {1, 2, 3, 4}, "holes": {1, 3, 7}, "contig": {1, 2, 3}, "later": {1},
+	}, got)
+
+	// Nothing of these keys is claimable while the batches run, by a claim or a batch claim.
+	other := b.newClient(t, nil)
+	b.claimNone(t, other)
+	more, err := other.ClaimBatch(b.ctx, 10, 10)
+	require.NoError(t, err)
+	require.Empty(t, more)
+}
+
+// The finished prefix is completed in one statement, the failed job goes to its retry, the
+// rest goes back with its attempts not counted and runs after the failed job; a stale batch
+// settles nothing; RenewBatch renews every job's lease.
+func TestBatchSettlingIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: 2 * time.Second})
+	b.enqueue(t, "k", 1, 2, 3, 4, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	batch := batches[0]
+
+	var before time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT max(lease_until) FROM ordered_jobs`).Scan(&before))
+	require.NoError(t, b.client.RenewBatch(b.ctx, batch))
+	var renewed, distinct int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE lease_until > $1),
+		count(DISTINCT lease_until) FROM ordered_jobs`, before).Scan(&renewed, &distinct))
+	require.Equal(t, 5, renewed)
+	require.Equal(t, 1, distinct, "one lease")
+
+	// Job 3 fails: 1 and 2 done, 3 retried, 4 and 5 back unrun.
+	require.NoError(t, b.client.ReleaseBatch(b.ctx, batch[3:]))
+	lost, err := b.client.CompleteMany(b.ctx, batch[:2])
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	outcome, err := b.client.RetryAfter(b.ctx, batch[2], 0, errors.New("boom"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.OutcomeRetried, outcome)
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:queued:1", "4:queued:0", "5:queued:0"}, b.jobsOf(t, "k"))
+
+	// The next batch starts at the failed job.
+	batches, err = b.client.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{3, 4, 5}, seqsOf(batches[0]))
+	require.Equal(t, []int{2, 1, 1}, []int{batches[0][0].Attempt, batches[0][1].Attempt, batches[0][2].Attempt})
+	stale := batches[0]
+
+	// Its lease runs out and another batch claim recovers it, in order, from its head.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.NoError(t, err)
+	other := b.newClient(t, &ordered.Config{Lease: 2 * time.Second})
+	batches, err = other.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{3, 4, 5}, seqsOf(batches[0]))
+
+	require.ErrorIs(t, b.client.RenewBatch(b.ctx, stale), ordered.ErrLeaseLost)
+	require.ErrorIs(t, b.client.ReleaseBatch(b.ctx, stale[1:]), ordered.ErrLeaseLost)
+	lost, err = b.client.CompleteMany(b.ctx, stale)
+	require.NoError(t, err)
+	require.Len(t, lost, 3, "a stale batch completed something")
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:running:3", "4:running:2", "5:running:2"}, b.jobsOf(t, "k"))
+
+	lost, err = other.CompleteMany(b.ctx, batches[0])
+	require.NoError(t, err)
+	require.Empty(t, lost)
+}
+
+// An enqueue of a key whose batch runs goes behind the batch: below one of its jobs it is late.
+func TestBatchMakesLowerEventsLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 3, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 3, 5}, seqsOf(batches[0]))
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 4})
+	require.ErrorIs(t, err, ordered.ErrLateEvent)
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 6})
+	require.NoError(t, err)
+}
+
+// A batch worker and a plain worker drain the same keys together: each key's jobs run once
+// each, in seq order, and no two handlers ever hold one key at once.
+func TestBatchWorkerBesidePlainWorkerKeepsOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const keys, perKey = 6, 40
+	for k := range keys {
+		seqs := make([]int64, perKey)
+		for i := range seqs {
+			seqs[i] = int64(i + 1)
+		}
+		b.enqueue(t, fmt.Sprintf("k%d", k), seqs...)
+	}
+	var mu sync.Mutex
+	ran := map[string][]int64{}
+	active := map[string]bool{}
+	var overlap []string
+	enter := func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if active[key] {
+			overlap = append(overlap, key)
+		}
+		active[key] = true
+	}
+	leave := func(key string, seqs ...int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		active[key] = false
+		ran[key] = append(ran[key], seqs...)
+	}
+	var sizes sync.Map
+	var calls atomic.Int64
+	startBatchWorker(t, b, b.newClient(t, nil), func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+		enter(jobs[0].Key)
+		sizes.Store(len(jobs), true)
+		time.Sleep(2 * time.Millisecond)
+		done := len(jobs)
+		if calls.Add(1)%3 == 0 && done > 1 {
+			done-- // gives the key up: the rest may go to either worker
+		}
+		leave(jobs[0].Key, seqsOf(jobs[:done])...)
+		return done, nil
+	}, &ordered.WorkerConfig{Workers: 3, BatchSize: 7, PollInterval: 20 * time.Millisecond})
+	waitFor(t, 30*time.Second, "a full batch", func() bool { _, ok := sizes.Load(7); return ok })
+	startWorker(t, b, b.newClient(t, nil), ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		enter(j.Key)
+		time.Sleep(time.Millisecond)
+		leave(j.Key, j.Seq)
+		return nil
+	}), &ordered.WorkerConfig{Workers: 3, PollInterval: 20 * time.Millisecond})
+
+	waitFor(t, time.Minute, "every job done", func() bool { return b.countStatus(t, "done") == keys*perKey })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, overlap, "keys held by two handlers at once")
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		require.Len(t, ran[key], perKey, key)
+		for i, s := range ran[key] {
+			require.Equal(t, int64(i+1), s, "key %s ran out of order: %v", key, ran[key])
+		}
+	}
+}
+
+// A batch handler that fails midway: the finished prefix is done, the failed job is retried
+// and then failed for good by the policy (Block holds the key; Skip moves it on), the rest
+// goes back with its attempts not counted. A handler that stops early (nil error) gives the
+// rest back.
+func TestBatchWorkerFailureMidway(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy policy.Decision
+		want   []string
+	}{
+		{"block", policy.Block, []string{"1:done:1", "2:done:1", "3:blocked:2", "4:queued:0", "5:queued:0", "6:queued:0"}},
+		{"skip", policy.Skip, []string{"1:done:1", "2:done:1", "3:failed:2", "4:done:1", "5:done:1", "6:done:1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &ordered.Config{Policy: policy.Always(tc.policy), MaxAttempts: 2, Backoff: noBackoff{}})
+			b.enqueue(t, "k", 1, 2, 3, 4, 5, 6)
+			var mu sync.Mutex
+			var calls [][]int64
+			startBatchWorker(t, b, b.client, func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+				mu.Lock()
+				calls = append(calls, seqsOf(jobs))
+				mu.Unlock()
+				for i, j := range jobs {
+					if j.Seq == 3 {
+						return i, errors.New("seq 3 fails")
+					}
+				}
+				return len(jobs), nil
+			}, &ordered.WorkerConfig{Workers: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond})
+			waitFor(t, 30*time.Second, "the key settled", func() bool {
+				return b.countStatus(t, "running")+b.countStatus(t, "queued") == map[policy.Decision]int{policy.Block: 3, policy.Skip: 0}[tc.policy] &&
+					b.countStatus(t, "running") == 0
+			})
+			require.Equal(t, tc.want, b.jobsOf(t, "k"))
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, calls[0])
+			require.Equal(t, []int64{3, 4, 5, 6}, calls[1], "the retry's batch starts at the failed job")
+		})
+	}
+
+	t.Run("stops early", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		b.enqueue(t, "k", 1, 2, 3, 4)
+		var mu sync.Mutex
+		var calls [][]int64
+		startBatchWorker(t, b, b.client, func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, seqsOf(jobs))
+			return min(2, len(jobs)), nil
+		}, &ordered.WorkerConfig{Workers: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond})
+		waitFor(t, 30*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == 4 })
+		require.Equal(t, []string{"1:done:1", "2:done:1", "3:done:1", "4:done:1"}, b.jobsOf(t, "k"))
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, [][]int64{{1, 2, 3, 4}, {3, 4}}, calls)
+	})
+}
+
+// A batch worker process is SIGKILLed in the middle of a batch: the batches it completed stay
+// done and never run again; the batch it held runs again, in order, from its first job, after
+// its lease expires, and the key goes on behind it.
+func TestBatchProcessKilledMidBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	createEffectsTable(t, b.ctx, b.pool)
+	seqs := make([]int64, 20)
+	for i := range seqs {
+		seqs[i] = int64(i + 1)
+	}
+	ids := b.enqueue(t, "k", seqs...)
+	cfg := processConfig{Lease: time.Second, Poll: 100 * time.Millisecond, Workers: 1, Batch: 5}
+	cfgA := cfg
+	cfgA.Name, cfgA.URL, cfgA.Hold = "A", withAppName(t, b.queue.URL, "ordered-test-A-"+b.queue.Schema), "k/13"
+	a := startWorkerProcess(t, cfgA)
+	waitFor(t, 20*time.Second, "A holding k/13", func() bool {
+		return len(filterEffects(readEffects(t, b.ctx, b.pool), func(e effect) bool { return e.Seq == 13 })) == 1
+	})
+	want := []string{}
+	for s := 1; s <= 20; s++ {
+		switch {
+		case s <= 10:
+			want = append(want, fmt.Sprintf("%d:done:1", s))
+		case s <= 15:
+			want = append(want, fmt.Sprintf("%d:running:1", s))
+		default:
+			want = append(want, fmt.Sprintf("%d:queued:0", s))
+		}
+	}
+	require.Equal(t, want, b.jobsOf(t, "k"), "A's batches of 5: two completed, the third running")
+	a.kill(t)
+
+	cfgB := cfg
+	cfgB.Name, cfgB.URL = "B", withAppName(t, b.queue.URL, "ordered-test-B-"+b.queue.Schema)
+	bw := startWorkerProcess(t, cfgB)
+	waitFor(t, 30*time.Second, "every job done", func() bool { return b.jobStatus(t, ids[19]) == "done" })
+	for s := 1; s <= 20; s++ {
+		attempts := 1
+		if s >= 11 && s <= 15 {
+			attempts = 2
+		}
+		want[s-1] = fmt.Sprintf("%d:done:%d", s, attempts)
+	}
+	require.Equal(t, want, b.jobsOf(t, "k"))
+	var bStarts []int64
+	for _, e := range readEffects(t, b.ctx, b.pool) {
+		if e.Worker == "B" && e.Phase == "start" {
+			bStarts = append(bStarts, e.Seq)
+		}
+	}
+	require.Equal(t, seqs[10:], bStarts, "B ran the held batch again from its first job, in order, and nothing done")
+	bw.stop(t)
+}
+
+// A batch worker's heartbeat renews the one lease of all its batch's jobs while the handler
+// runs past several leases; once another claim takes the batch over, the handler's context is
+// cancelled with ErrLeaseLost and nothing of the batch is settled by it.
+func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	b := setup(t, &ordered.Config{Lease: lease})
+	b.enqueue(t, "k", 1, 2, 3)
+	causes := make(chan error, 1)
+	var calls atomic.Int64
+	startBatchWorker(t, b, b.client, func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+		if calls.Add(1) > 1 {
+			return 0, errors.New("only one batch is expected")
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return len(jobs), nil // too late: the claim is lost, so this settles nothing
+	}, &ordered.WorkerConfig{Workers: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond})
+
+	waitFor(t, 20*time.Second, "the batch running for three leases", func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
+			WHERE status = 'running' AND clock_timestamp() > attempted_at + 3 * $1::interval
+			AND lease_until > clock_timestamp()`, lease).Scan(&n))
+		return n == 3
+	})
+	require.Equal(t, []string{"1:running:1", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"))
+
+	// The lease runs out (as if renewals had failed) and another client takes the batch over.
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.NoError(t, err)
+	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
+	batches, err := other.ClaimBatch(b.ctx, 1, 10)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{1, 2, 3}, seqsOf(batches[0]))
+	select {
+	case cause := <-causes:
+		require.ErrorIs(t, cause, ordered.ErrLeaseLost)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler's context was not cancelled")
+	}
+	require.Equal(t, []string{"1:running:2", "2:running:2", "3:running:2"}, b.jobsOf(t, "k"), "the stale batch settled something")
+	lost, err := other.CompleteMany(b.ctx, batches[0])
+	require.NoError(t, err)
+	require.Empty(t, lost)
+}
+
+// While a single claim holds a key's head, a batch claim takes nothing of the key; once it
+// completes, the batch starts at the next job.
+func TestClaimBatchWaitsForASingleClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 1, 2, 3)
+	single := b.claimOne(t, b.client)
+	require.Equal(t, int64(1), single.Seq)
+	batches, err := b.client.ClaimBatch(b.ctx, 10, 10)
+	require.NoError(t, err)
+	require.Empty(t, batches)
+	require.NoError(t, b.client.Complete(b.ctx, single))
+	batches, err = b.client.ClaimBatch(b.ctx, 10, 10)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{2, 3}, seqsOf(batches[0]))
+}

@@ -1,0 +1,11 @@
+-- Completes the finished prefixes of batches ($1 ids, $2 their claim versions, same
+-- positions), hands each key to its next job, and claims up to $3 batches of up to $4 jobs,
+-- leased for $5: those keys' next jobs first, then other ready keys'. Rows: the completed ids (completed
+-- true), then the claimed jobs; the claims not returned were lost.
+-- $1 ids         bigint[]  the claims' jobs
+-- $2 versions    bigint[]  their claim versions, same positions
+-- $3 next_limit  integer   at most this many batches claimed
+-- $4 batch       integer   at most this many jobs a batch
+-- $5 lease       interval  the next jobs' leases, from now
+-- The columns are the function's RETURNS TABLE, in its order.
+SELECT c.* FROM ordered_jobs_complete_batch($1::bigint[], $2::bigint[], $3::integer, $4::integer, $5::interval) AS c;
