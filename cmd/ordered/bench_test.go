@@ -53,7 +53,7 @@ func TestBenchSizeFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
 	bench := exec.Command(bin, "bench", "--quick", "--json", "--only", "throughput",
 		"--ceiling-time", "200ms", "--ceiling-clients", "2", "--many-jobs", "30", "--many-keys", "10",
-		"--ordered-keys", "7", "--per-key", "3", "--serial-jobs", "5", "--handlers", "4",
+		"--ordered-keys", "7", "--per-key", "3", "--serial-jobs", "5", "--handlers", "4", "--batch-size", "2",
 		"--database-url", orderedtest.DatabaseURL())
 	bench.Stdout, bench.Stderr = &out, &errOut
 	require.NoError(t, bench.Run(), errOut.String())
@@ -69,7 +69,9 @@ func TestBenchSizeFlags(t *testing.T) {
 		"ceiling: single-row UPDATE commits, 2 clients",
 		"throughput (a) 30 jobs over 10 keys, 4 handlers",
 		"throughput (b) 7 keys x 3 jobs, 4 handlers",
+		"throughput (b) 7 keys x 3 jobs, batches of 2, 4 handlers",
 		"throughput (c) one key x 5 jobs, 4 handlers",
+		"throughput (c) one key x 5 jobs, batches of 2, 4 handlers",
 	}, names)
 
 	for flag, want := range map[string]string{
