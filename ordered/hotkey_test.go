@@ -14,8 +14,22 @@ import (
 )
 
 // claimBuffers runs the claim of limit jobs under EXPLAIN (ANALYZE, BUFFERS) in a transaction
-// that is rolled back, and returns the shared buffers it touched.
+// that is rolled back, three times, and returns the fewest shared buffers one touched, with
+// its plan: a run may also pay for planning anew after its catalog caches were reset, which
+// other sessions' DDL does on a busy server.
 func claimBuffers(t *testing.T, b *testBundle, limit int) (buffers int, plan string) {
+	t.Helper()
+	buffers = -1
+	for range 3 {
+		n, p := claimBuffersOnce(t, b, limit)
+		if buffers < 0 || n < buffers {
+			buffers, plan = n, p
+		}
+	}
+	return buffers, plan
+}
+
+func claimBuffersOnce(t *testing.T, b *testBundle, limit int) (buffers int, plan string) {
 	t.Helper()
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
