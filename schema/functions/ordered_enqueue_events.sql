@@ -229,112 +229,132 @@ BEGIN
         FOR SHARE OF j;
     END IF;
 
-    -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
-    -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
-    -- with it; the first event whose content differs is named below. The events are numbered
-    -- here, with their defaults: kind '', payload JSON null, max_attempts p_max_attempts for
-    -- null or 0.
-    SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
-                         coalesce(j.id, -nullif(v_first_of[b.ord], 0)))::ordered_enqueue_item ORDER BY b.ord),
-           min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
-               j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
-               OR j.run_at IS DISTINCT FROM b.run_at
-               OR j.max_attempts IS DISTINCT FROM b.max_attempts))
-    INTO v_events, v_conflict_ord
-    FROM (SELECT e.ord::integer AS ord, e.key, e.seq, coalesce(e.kind, '') AS kind,
-                 coalesce(e.payload, 'null'::jsonb) AS payload, e.run_at,
-                 CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END AS max_attempts
-          FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)) AS b
-    LEFT JOIN LATERAL (
-        SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
-        WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
-        UNION ALL
-        SELECT c.id, c.kind, c.payload, c.run_at, c.max_attempts FROM ordered_jobs AS c
-        WHERE c.key = b.key AND c.seq = b.seq AND c.status IN ('done', 'failed')
-        LIMIT 1) AS j ON true;
-    IF v_conflict_ord IS NOT NULL THEN
-        SELECT b.ord, b.key, b.seq,
-               CASE WHEN j.payload IS DISTINCT FROM b.payload THEN 'payload'
-                    WHEN j.kind IS DISTINCT FROM b.kind THEN 'kind'
-                    WHEN j.run_at IS DISTINCT FROM b.run_at THEN 'run_at'
-                    ELSE 'max_attempts' END AS field
-        INTO v_conflict
-        FROM unnest(v_events) AS b
-        JOIN ordered_jobs AS j ON j.id = b.existing_id
-        WHERE b.ord = v_conflict_ord;
-        RAISE EXCEPTION 'ordered: duplicate event with different content: key % seq % is already enqueued with a different %',
-            v_conflict.key, v_conflict.seq, v_conflict.field
-            USING ERRCODE = 'ORD05',
-                  DETAIL = json_build_object('ord', v_conflict.ord, 'key', v_conflict.key,
-                                             'seq', v_conflict.seq, 'field', v_conflict.field,
-                                             'stored', true)::text;
-    END IF;
-
-    -- An event at or below its key's archived history and not stored was, as far as can be
-    -- told, processed and archived: existing_id 0 marks it, a duplicate with no job. (A repeat
-    -- of it within the call keeps its mark, and is reported as the event it repeats.)
-    IF v_archived_keys IS NOT NULL THEN
-        v_events := ARRAY(
-            SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
-                       CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
-                            ELSE b.existing_id END)::ordered_enqueue_item
+    -- Appends, the common case of a batch: no event repeats another or is at or below its
+    -- key's archived history, and each key's lowest event is above every job the key has
+    -- (one probe of each of the two (key, seq) indexes a key). Then no event is a duplicate and
+    -- none is late, and the per-event lookups below are skipped. The key rows are held, so no
+    -- job of these keys can appear meanwhile (a REPEATABLE READ snapshot that missed one has
+    -- failed at the key row's write above).
+    IF p_first_seq IS NULL AND NOT v_repeats AND v_archived_keys IS NULL AND NOT EXISTS (
+            SELECT 1
+            FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(p_events) AS e GROUP BY e.key) AS b
+            WHERE EXISTS (SELECT 1 FROM ordered_jobs AS o
+                          WHERE o.key = b.key AND o.seq >= b.seq AND o.status IN ('queued', 'running', 'blocked'))
+               OR EXISTS (SELECT 1 FROM ordered_jobs AS c
+                          WHERE c.key = b.key AND c.seq >= b.seq AND c.status IN ('done', 'failed'))) THEN
+        SELECT array_agg(ROW(e.ord, e.key, e.seq, coalesce(e.kind, ''), coalesce(e.payload, 'null'::jsonb),
+                             e.run_at, CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END,
+                             NULL)::ordered_enqueue_item ORDER BY e.ord)
+        INTO v_events
+        FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord);
+    ELSE
+        -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
+        -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
+        -- with it; the first event whose content differs is named below. The events are numbered
+        -- here, with their defaults: kind '', payload JSON null, max_attempts p_max_attempts for
+        -- null or 0.
+        SELECT array_agg(ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
+                             coalesce(j.id, -nullif(v_first_of[b.ord], 0)))::ordered_enqueue_item ORDER BY b.ord),
+               min(b.ord) FILTER (WHERE j.id IS NOT NULL AND (
+                   j.payload IS DISTINCT FROM b.payload OR j.kind IS DISTINCT FROM b.kind
+                   OR j.run_at IS DISTINCT FROM b.run_at
+                   OR j.max_attempts IS DISTINCT FROM b.max_attempts))
+        INTO v_events, v_conflict_ord
+        FROM (SELECT e.ord::integer AS ord, e.key, e.seq, coalesce(e.kind, '') AS kind,
+                     coalesce(e.payload, 'null'::jsonb) AS payload, e.run_at,
+                     CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END AS max_attempts
+              FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)) AS b
+        LEFT JOIN LATERAL (
+            SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
+            WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
+            UNION ALL
+            SELECT c.id, c.kind, c.payload, c.run_at, c.max_attempts FROM ordered_jobs AS c
+            WHERE c.key = b.key AND c.seq = b.seq AND c.status IN ('done', 'failed')
+            LIMIT 1) AS j ON true;
+        IF v_conflict_ord IS NOT NULL THEN
+            SELECT b.ord, b.key, b.seq,
+                   CASE WHEN j.payload IS DISTINCT FROM b.payload THEN 'payload'
+                        WHEN j.kind IS DISTINCT FROM b.kind THEN 'kind'
+                        WHEN j.run_at IS DISTINCT FROM b.run_at THEN 'run_at'
+                        ELSE 'max_attempts' END AS field
+            INTO v_conflict
             FROM unnest(v_events) AS b
-            LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key
-            ORDER BY b.ord);
-    END IF;
+            JOIN ordered_jobs AS j ON j.id = b.existing_id
+            WHERE b.ord = v_conflict_ord;
+            RAISE EXCEPTION 'ordered: duplicate event with different content: key % seq % is already enqueued with a different %',
+                v_conflict.key, v_conflict.seq, v_conflict.field
+                USING ERRCODE = 'ORD05',
+                      DETAIL = json_build_object('ord', v_conflict.ord, 'key', v_conflict.key,
+                                                 'seq', v_conflict.seq, 'field', v_conflict.field,
+                                                 'stored', true)::text;
+        END IF;
 
-    -- Late: a later job of the key finished, or the first later open job has started (jobs
-    -- start in seq order, so if that one has not, no later open job has). attempted_at, not
-    -- attempts, marks a start: a replay resets the attempts of a job that did run. Checked
-    -- for each key's lowest new event, which is late if any new event of the key is. Every
-    -- new event is above its key's archived history (the others are marked above).
-    SELECT b.key, b.seq,
-           coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
-                                     THEN open.seq END) AS later_seq
-    INTO v_late
-    FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
-          FROM unnest(v_events) AS e
-          WHERE e.existing_id IS NULL
-          ORDER BY e.key, e.seq) AS b
-    LEFT JOIN LATERAL (
-        SELECT j.seq FROM ordered_jobs AS j
-        WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('done', 'failed')
-        ORDER BY j.seq LIMIT 1
-    ) AS closed ON true
-    LEFT JOIN LATERAL (
-        SELECT j.seq, j.status, j.attempted_at FROM ordered_jobs AS j
-        WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
-        ORDER BY j.seq LIMIT 1
-    ) AS open ON true
-    WHERE closed.seq IS NOT NULL OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
-    ORDER BY b.ord
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
-            v_late.key, v_late.seq
-            USING ERRCODE = 'ORD01',
-                  DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
-                                             'later_seq', v_late.later_seq)::text;
-    END IF;
-    -- Late in a contiguous key: below its next seq (every seq there has finished or was passed
-    -- as a gap) and not stored.
-    IF p_first_seq IS NOT NULL THEN
-        SELECT b.key, b.seq, n.next_seq AS later_seq
+        -- An event at or below its key's archived history and not stored was, as far as can be
+        -- told, processed and archived: existing_id 0 marks it, a duplicate with no job. (A repeat
+        -- of it within the call keeps its mark, and is reported as the event it repeats.)
+        IF v_archived_keys IS NOT NULL THEN
+            v_events := ARRAY(
+                SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
+                           CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
+                                ELSE b.existing_id END)::ordered_enqueue_item
+                FROM unnest(v_events) AS b
+                LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key
+                ORDER BY b.ord);
+        END IF;
+
+        -- Late: a later job of the key finished, or the first later open job has started (jobs
+        -- start in seq order, so if that one has not, no later open job has). attempted_at, not
+        -- attempts, marks a start: a replay resets the attempts of a job that did run. Checked
+        -- for each key's lowest new event, which is late if any new event of the key is. Every
+        -- new event is above its key's archived history (the others are marked above).
+        SELECT b.key, b.seq,
+               coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
+                                         THEN open.seq END) AS later_seq
         INTO v_late
         FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
               FROM unnest(v_events) AS e
               WHERE e.existing_id IS NULL
               ORDER BY e.key, e.seq) AS b
-        CROSS JOIN LATERAL (SELECT ordered_key_next_seq(b.key) AS next_seq) AS n
-        WHERE b.seq < n.next_seq
+        LEFT JOIN LATERAL (
+            SELECT j.seq FROM ordered_jobs AS j
+            WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('done', 'failed')
+            ORDER BY j.seq LIMIT 1
+        ) AS closed ON true
+        LEFT JOIN LATERAL (
+            SELECT j.seq, j.status, j.attempted_at FROM ordered_jobs AS j
+            WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
+            ORDER BY j.seq LIMIT 1
+        ) AS open ON true
+        WHERE closed.seq IS NOT NULL OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
         ORDER BY b.ord
         LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'ordered: late event: key % seq % is below the key''s next seq %, all of whose earlier seqs have finished or were passed',
-                v_late.key, v_late.seq, v_late.later_seq
+            RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
+                v_late.key, v_late.seq
                 USING ERRCODE = 'ORD01',
                       DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
                                                  'later_seq', v_late.later_seq)::text;
+        END IF;
+        -- Late in a contiguous key: below its next seq (every seq there has finished or was passed
+        -- as a gap) and not stored.
+        IF p_first_seq IS NOT NULL THEN
+            SELECT b.key, b.seq, n.next_seq AS later_seq
+            INTO v_late
+            FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
+                  FROM unnest(v_events) AS e
+                  WHERE e.existing_id IS NULL
+                  ORDER BY e.key, e.seq) AS b
+            CROSS JOIN LATERAL (SELECT ordered_key_next_seq(b.key) AS next_seq) AS n
+            WHERE b.seq < n.next_seq
+            ORDER BY b.ord
+            LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'ordered: late event: key % seq % is below the key''s next seq %, all of whose earlier seqs have finished or were passed',
+                    v_late.key, v_late.seq, v_late.later_seq
+                    USING ERRCODE = 'ORD01',
+                          DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
+                                                     'later_seq', v_late.later_seq)::text;
+            END IF;
         END IF;
     END IF;
 
