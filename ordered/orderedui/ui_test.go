@@ -354,6 +354,25 @@ func TestKeyTimelineShowsGapsInOrder(t *testing.T) {
 
 	_, err = b.client.Job(ctxOf(t), 123456789)
 	require.True(t, errors.Is(err, ordered.ErrJobNotFound), "%v", err)
+
+	// A contiguous key's gap passed by hand is shown with the key's jobs.
+	_, err = b.q.Pool.Exec(ctxOf(t), `SELECT * FROM ordered_enqueue('[{"key":"c","seq":3}]', p_first_seq => 1)`)
+	require.NoError(t, err)
+	passed, err := b.client.ReleaseGap(ctxOf(t), "c")
+	require.NoError(t, err)
+	require.Equal(t, ordered.SeqRange{From: 1, To: 2}, passed)
+	code, body = b.get(t, "/keys?key=c")
+	require.Equal(t, http.StatusOK, code)
+	require.Regexp(t, `passed as a gap: seq 1 to 2, .* \(released\)`, body)
+
+	// One that waits on a gap is counted on the overview.
+	_, err = b.q.Pool.Exec(ctxOf(t), `SELECT * FROM ordered_enqueue('[{"key":"w","seq":2}]', p_first_seq => 1)`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		code, body = b.get(t, "/")
+		return code == http.StatusOK && strings.Contains(body, `id="count-gap-keys">1<`)
+	}, time.Minute, 50*time.Millisecond, "the overview never counted the key waiting on a gap")
+	require.Contains(t, body, "keys waiting on a gap (oldest ")
 }
 
 // The overview names the worker that holds each running job, and lists the workers holding
