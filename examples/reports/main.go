@@ -241,11 +241,14 @@ func createRequest(ctx context.Context, pool *pgxpool.Pool, client *ordered.Clie
 		if err != nil {
 			return err
 		}
-		// The job first: whatever fails after it in tx takes it back with the rest.
-		if _, err := client.EnqueueTx(ctx, tx, ordered.Event{Key: customer, Seq: seq, Kind: "report." + kind, Payload: payload}); err != nil {
+		// The request row first, then its job; tx commits both or neither. In this order a
+		// retried POST's insert, which waits for a worker finishing the first request, holds
+		// no key row that worker's completion waits for: the two cannot deadlock.
+		if err := tx.QueryRow(ctx, insertRequestSQL, customer, seq, kind, nullIfEmpty(key)).Scan(&id); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, insertRequestSQL, customer, seq, kind, nullIfEmpty(key)).Scan(&id)
+		_, err = client.EnqueueTx(ctx, tx, ordered.Event{Key: customer, Seq: seq, Kind: "report." + kind, Payload: payload})
+		return err
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "report_requests_request_key_key" {
