@@ -33,6 +33,14 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return strings.TrimSpace(s)
 }
 
+// click clicks the first element sel matches, found and clicked in one script: a page's live
+// region is rendered anew every refresh, so a node found by one call may be gone by the next.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	found := eval[bool](t, ctx, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (e) e.click(); return e !== null })()`, sel))
+	require.True(t, found, "nothing to click: %s", sel)
+}
+
 // eval evaluates a JavaScript expression in the tab (awaiting a promise).
 func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 	t.Helper()
@@ -102,8 +110,9 @@ func TestBrowserReplayThroughTheButtonDrainsTheKey(t *testing.T) {
 	screenshot(t, ctx, "job")
 
 	failing.Store(false)
-	do(t, ctx, chromedp.Navigate(b.srv.URL+"/blocked"), chromedp.WaitVisible(chromedp.CSS(row)),
-		chromedp.Click(chromedp.CSS(row+" button.replay")), chromedp.WaitVisible(chromedp.CSS("#summary")))
+	do(t, ctx, chromedp.Navigate(b.srv.URL+"/blocked"), chromedp.WaitVisible(chromedp.CSS(row)))
+	click(t, ctx, row+" button.replay")
+	do(t, ctx, chromedp.WaitVisible(chromedp.CSS("#summary")))
 	require.Equal(t, "Replayed 1 of 1 job.", text(t, ctx, "#summary"))
 
 	// The key drains before our eyes: the timeline refreshes itself.
@@ -123,9 +132,9 @@ func TestBrowserOutOfOrderReplayNeedsASecondConfirmation(t *testing.T) {
 
 	ctx := tab(t)
 	do(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", b.srv.URL, ids[0])),
-		chromedp.WaitVisible(chromedp.CSS("button.replay")),
-		chromedp.Click(chromedp.CSS("button.replay")),
-		chromedp.WaitVisible(chromedp.CSS("#force-form")))
+		chromedp.WaitVisible(chromedp.CSS("button.replay")))
+	click(t, ctx, "button.replay")
+	do(t, ctx, chromedp.WaitVisible(chromedp.CSS("#force-form")))
 	require.Equal(t, "Replayed 0 of 1 job; 1 refused.", text(t, ctx, "#summary"))
 	require.Contains(t, text(t, ctx, "#refused"), "would run it after later jobs")
 	j, err := b.client.Job(ctxOf(t), ids[0])
@@ -133,7 +142,8 @@ func TestBrowserOutOfOrderReplayNeedsASecondConfirmation(t *testing.T) {
 	require.Equal(t, ordered.JobFailed, j.Status, "the refused replay changed nothing")
 	screenshot(t, ctx, "force")
 
-	do(t, ctx, chromedp.Click(chromedp.CSS("#force")), chromedp.WaitVisible(chromedp.CSS("#done")))
+	click(t, ctx, "#force")
+	do(t, ctx, chromedp.WaitVisible(chromedp.CSS("#done")))
 	require.Equal(t, "Replayed 1 of 1 job.", text(t, ctx, "#summary"))
 	require.Contains(t, text(t, ctx, "#done"), "forced")
 	j, err = b.client.Job(ctxOf(t), ids[0])
