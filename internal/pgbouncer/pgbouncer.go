@@ -265,6 +265,17 @@ func binary() (string, error) {
 		if binPath, binErr = find(); binErr == nil || os.Geteuid() != 0 {
 			return
 		}
+		// Test processes of several packages start at once: the first installs, the others
+		// wait for it and find the binary, rather than meet apt's lock and fail.
+		unlock, err := lockFile(filepath.Join(os.TempDir(), "ordered-pgbouncer-install.lock"))
+		if err != nil {
+			binErr = err
+			return
+		}
+		defer unlock()
+		if binPath, binErr = find(); binErr == nil {
+			return
+		}
 		install := exec.Command("sh", "-c", "apt-get install -y pgbouncer || (apt-get update && apt-get install -y pgbouncer)")
 		install.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		if out, err := install.CombinedOutput(); err != nil {
@@ -274,6 +285,20 @@ func binary() (string, error) {
 		binPath, binErr = find()
 	})
 	return binPath, binErr
+}
+
+// lockFile takes an exclusive lock on the file at path, across processes, and returns its
+// release.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }
 
 func find() (string, error) {
