@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,10 @@ type Client struct {
 	db   store.DBTX
 	mode pgx.QueryExecMode
 	cfg  *Config
+	// copyMinEvents: a batch part of this many events or more in the default mode is written
+	// with COPY when its events are appends (enqueue_copy.go)
+	copyMinEvents int
+	copied        atomic.Int64 // batch parts written with COPY, for tests
 
 	backlogMu      sync.Mutex
 	backlog        int64
@@ -47,7 +52,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		cc := pool.Config().ConnConfig
 		mode = execMode(c.Pooler, cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity > 0)
 	}
-	return &Client{pool: pool, db: store.WithExecMode(pool, mode), mode: mode, cfg: c}, nil
+	return &Client{pool: pool, db: store.WithExecMode(pool, mode), mode: mode, cfg: c, copyMinEvents: copyMinEvents}, nil
 }
 
 // in returns db (a caller's transaction) with the client's exec mode.

@@ -121,7 +121,8 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 }
 
 // enqueue enqueues a batch in tx, or (tx nil) on the client's pool: in one statement, or in
-// a transaction of its own when the batch's keys are of several sequence modes.
+// a transaction of its own when the batch's keys are of several sequence modes or a part of
+// it may be written with COPY.
 func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []EnqueueResult, err error) {
 	b, err := c.encodeBatch(events)
 	if err != nil {
@@ -133,7 +134,7 @@ func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []En
 	db := c.db
 	if tx != nil {
 		db = c.in(tx)
-	} else if len(b.parts) > 1 {
+	} else if len(b.parts) > 1 || slices.ContainsFunc(b.parts, func(p batchPart) bool { return p.copies(c.copyMinEvents) }) {
 		own, err := c.pool.Begin(ctx)
 		if err != nil {
 			resetIfReadOnly(c.pool, err)
@@ -149,11 +150,26 @@ func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []En
 				_ = own.Rollback(context.WithoutCancel(ctx))
 			}
 		}()
-		db = c.in(own)
+		db, tx = c.in(own), own
 	}
 	rows := make([][]store.EnqueuedJob, len(b.parts))
 	for k := range b.parts {
-		if rows[k], err = store.JobEnqueueMany(ctx, db, &b.parts[k].columns); err != nil {
+		copied := false
+		if b.parts[k].copies(c.copyMinEvents) {
+			if rows[k], copied, err = enqueueByCopy(ctx, tx, db, &b.parts[k].columns); copied {
+				c.copied.Add(1)
+			}
+		}
+		switch cols := &b.parts[k].columns; {
+		case err != nil || copied:
+		case len(cols.Keys) == 1 && cols.FirstSeq == nil:
+			var job store.EnqueuedJob
+			job, err = store.JobEnqueueOne(ctx, db, cols)
+			rows[k] = []store.EnqueuedJob{job}
+		default:
+			rows[k], err = store.JobEnqueueMany(ctx, db, cols)
+		}
+		if err != nil {
 			resetIfReadOnly(c.pool, err)
 			return nil, b.dbError(k, err)
 		}

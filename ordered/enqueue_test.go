@@ -771,7 +771,7 @@ func TestEnqueueTxSameEventAtOnceTheSecondMeetsTheFirst(t *testing.T) {
 					answered <- answer{res, err}
 				}()
 				require.Eventually(t, func() bool {
-					return b.statementsBlockedBy(t, first, "ordered_enqueue_events") == 1
+					return b.statementsBlockedBy(t, first, "ordered_enqueue") == 1
 				}, time.Minute, time.Millisecond, "the second enqueue waits for the first")
 				if outcome == "first rolled back" {
 					require.NoError(t, first.Rollback(b.ctx))
@@ -1024,7 +1024,7 @@ func TestEnqueueBelowAHeadThatStartedMeanwhileIsLate(t *testing.T) {
 		enqueued <- err
 	}()
 	waitFor(t, 10*time.Second, "the enqueue held in its insert", func() bool {
-		return b.statementsBlockedBy(t, gate, "ordered_enqueue_events") == 1
+		return b.statementsBlockedBy(t, gate, "ordered_enqueue") == 1
 	})
 	job := b.claimOne(t, b.client)
 	require.Equal(t, head, job.ID)

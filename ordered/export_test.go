@@ -10,3 +10,10 @@ func AssumeSlowHandlers(w *Worker) { w.slotTime.Store(int64(time.Hour)) }
 
 // MapDBError is mapDBError, for comparing the errors the database raises with the client's.
 func MapDBError(err error) error { return mapDBError(err) }
+
+// CopyEveryBatch makes c write every batch in the default mode with COPY when its events are
+// appends, however small, so that the enqueue tests can run through that path too.
+func CopyEveryBatch(c *Client) { c.copyMinEvents = 1 }
+
+// BatchesCopied is how many batch parts c wrote with COPY.
+func BatchesCopied(c *Client) int64 { return c.copied.Load() }

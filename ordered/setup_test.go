@@ -3,6 +3,7 @@ package ordered_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ func setup(t testing.TB, cfg *ordered.Config) *testBundle {
 	q := orderedtest.New(t)
 	client, err := ordered.NewClient(q.Pool, cfg)
 	require.NoError(t, err)
+	if byCopy(t) {
+		ordered.CopyEveryBatch(client)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return &testBundle{ctx: ctx, queue: q, pool: q.Pool, client: client}
@@ -36,8 +40,15 @@ func (b *testBundle) newClient(t *testing.T, cfg *ordered.Config) *ordered.Clien
 	t.Helper()
 	c, err := ordered.NewClient(b.pool, cfg)
 	require.NoError(t, err)
+	if byCopy(t) {
+		ordered.CopyEveryBatch(c)
+	}
 	return c
 }
+
+// byCopy reports whether t runs under TestEnqueueByCopy, whose clients write every batch of
+// appends with COPY.
+func byCopy(t testing.TB) bool { return strings.HasPrefix(t.Name(), "TestEnqueueByCopy/") }
 
 func (b *testBundle) enqueue(t *testing.T, key string, seqs ...int64) []int64 {
 	t.Helper()

@@ -27,6 +27,7 @@ func query(name string) string {
 }
 
 var (
+	jobAppendPrepareSQL   = query("job_append_prepare.sql")
 	jobBatchOutcomeSQL    = query("job_batch_outcome.sql")
 	jobClaimLostSQL       = query("job_claim_lost.sql")
 	jobClaimManySQL       = query("job_claim_many.sql")
@@ -38,6 +39,7 @@ var (
 	jobCompleteOrAbortSQL = query("job_complete_or_abort.sql")
 	jobEnqueueJSONSQL     = query("job_enqueue_json.sql")
 	jobEnqueueManySQL     = query("job_enqueue_many.sql")
+	jobEnqueueOneSQL      = query("job_enqueue_one.sql")
 	jobExhaustedListSQL   = query("job_exhausted_list.sql")
 	jobFailIfClaimedSQL   = query("job_fail_if_claimed.sql")
 	jobFailedListSQL      = query("job_failed_list.sql")
@@ -240,6 +242,45 @@ func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJo
 		err := r.Scan(&e.Ord, &e.ID, &e.Duplicate)
 		return e, err
 	})
+}
+
+// JobEnqueueOne enqueues the batch's only event, which is in the default mode.
+func JobEnqueueOne(ctx context.Context, db DBTX, b *EnqueueBatch) (EnqueuedJob, error) {
+	e := EnqueuedJob{Ord: 1}
+	err := db.QueryRow(ctx, jobEnqueueOneSQL, b.Keys[0], b.Seqs[0], b.Kinds[0], b.Payloads[0], b.RunAts[0],
+		b.MaxAttempts[0], b.MaxKeyBytesLimit).Scan(&e.ID, &e.Duplicate)
+	return e, err
+}
+
+// AppendPlan is how a batch of appends is written by COPY (JobAppendPrepare): Appends is false
+// when some event is not an append, and then nothing else is set.
+type AppendPlan struct {
+	Appends bool
+	Open    []bool    // Open[i]: the i-th key has an open job, so none of its events is its head
+	IDs     []int64   // the new jobs' ids, one an event
+	Now     time.Time // the transaction's now(): the available_at of an event without run_at
+}
+
+// JobAppendPrepare locks and writes the rows of keys, whose events have the seqs seqMins[i] to
+// seqMaxs[i] and whose lowest event has runAts[i], and plans the COPY of their events.
+func JobAppendPrepare(ctx context.Context, db DBTX, keys []string, seqMins, seqMaxs []int64,
+	runAts []*time.Time, events int) (AppendPlan, error) {
+	var p AppendPlan
+	var now pgtype.Timestamptz
+	err := db.QueryRow(ctx, jobAppendPrepareSQL, keys, seqMins, seqMaxs, runAts, events).
+		Scan(&p.Appends, &p.Open, &p.IDs, &now)
+	p.Now = now.Time
+	return p, err
+}
+
+// AppendColumns are the columns JobAppendCopy writes, in the order of its rows' values.
+var AppendColumns = []string{"id", "key", "seq", "kind", "payload", "available_at", "max_attempts", "run_at", "head"}
+
+// JobAppendCopy writes planned appends (JobAppendPrepare) with COPY, one row of AppendColumns
+// an event.
+func JobAppendCopy(ctx context.Context, tx pgx.Tx, rows [][]any) error {
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ordered_jobs"}, AppendColumns, pgx.CopyFromRows(rows))
+	return err
 }
 
 // Claim is a job's id and claim version.
