@@ -12,6 +12,14 @@ var (
 	//go:embed queries/ceiling_update.sql
 	ceilingUpdateSQL string
 
+	// plainTableSQL creates the table of the plain INSERT beside single-event enqueues.
+	//go:embed queries/plain_table.sql
+	plainTableSQL string
+
+	// plainInsertSQL is one plain one-row INSERT of an event.
+	//go:embed queries/plain_insert.sql
+	plainInsertSQL string
+
 	// tableStatsSQL reads the queue table's dead and live tuples and its size with its indexes.
 	//go:embed queries/table_stats.sql
 	tableStatsSQL string
