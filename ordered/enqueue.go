@@ -107,6 +107,16 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 	rows := make([][]store.EnqueuedJob, len(b.parts))
 	for k := range b.parts {
 		cols := &b.parts[k].columns
+		if len(cols.Keys) == 1 && cols.FirstSeq == nil {
+			job := store.EnqueuedJob{Ord: 1}
+			err := tx.QueryRowContext(ctx, store.JobEnqueueOneSQL, store.ModeArgs(c.mode, cols.OneArgs()...)...).
+				Scan(&job.ID, &job.Duplicate)
+			if err != nil {
+				return nil, b.dbError(k, err)
+			}
+			rows[k] = []store.EnqueuedJob{job}
+			continue
+		}
 		batchJSON, err := b.parts[k].json()
 		if err != nil {
 			return nil, err

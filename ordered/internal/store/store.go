@@ -244,11 +244,19 @@ func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJo
 	})
 }
 
+// JobEnqueueOneSQL is the statement of JobEnqueueOne, for callers that run it through
+// database/sql with OneArgs; it returns the job's id and whether the event was a duplicate.
+var JobEnqueueOneSQL = jobEnqueueOneSQL
+
+// OneArgs are the arguments of JobEnqueueOneSQL for the batch's only event.
+func (b *EnqueueBatch) OneArgs() []any {
+	return []any{b.Keys[0], b.Seqs[0], b.Kinds[0], b.Payloads[0], b.RunAts[0], b.MaxAttempts[0], b.MaxKeyBytesLimit}
+}
+
 // JobEnqueueOne enqueues the batch's only event, which is in the default mode.
 func JobEnqueueOne(ctx context.Context, db DBTX, b *EnqueueBatch) (EnqueuedJob, error) {
 	e := EnqueuedJob{Ord: 1}
-	err := db.QueryRow(ctx, jobEnqueueOneSQL, b.Keys[0], b.Seqs[0], b.Kinds[0], b.Payloads[0], b.RunAts[0],
-		b.MaxAttempts[0], b.MaxKeyBytesLimit).Scan(&e.ID, &e.Duplicate)
+	err := db.QueryRow(ctx, jobEnqueueOneSQL, b.OneArgs()...).Scan(&e.ID, &e.Duplicate)
 	return e, err
 }
 
