@@ -377,9 +377,11 @@ func (r *recorder) statement(conn *pgx.Conn, q traced, data pgx.TraceQueryEndDat
 			ack.at = now
 			r.compAcked[ack.ID] = ack
 		}
-	case strings.Contains(sql, "ordered_jobs_claim("), strings.Contains(sql, "ordered_enqueue_events("):
+	case strings.Contains(sql, "ordered_jobs_claim("), strings.Contains(sql, "ordered_enqueue"):
+		// Every enqueue statement calls a function named ordered_enqueue…: one event,
+		// a batch, or the COPY path's preparation.
 		kind := "claim"
-		if strings.Contains(sql, "ordered_enqueue_events(") {
+		if strings.Contains(sql, "ordered_enqueue") {
 			kind = "enqueue"
 		}
 		s := statement{kind: kind, port: serverPort(conn), began: q.began, at: now, err: data.Err}
