@@ -20,7 +20,8 @@ server on 127.0.0.1:5432, else a private cluster), each scenario in a fresh sche
   hot key      other keys' drain rate with one key holding 1,000 vs 1,000,000 queued jobs
                behind a running head (flat means ratio >= 0.9)
   deep         claim latency p50/p99 and jobs/s with 1,000,000 jobs queued over 100,000 keys
-  enqueue      bulk (batches of 10,000) and single-event (8 producers) enqueue rates
+  enqueue      bulk (batches of 10,000) and single-event (8 producers) enqueue rates, the
+               single one beside a plain one-row INSERT; one producer's p50/p99 of each
   wake-up      enqueue -> handler start, p50/p99, with LISTEN/NOTIFY and poll-only
   churn        --duration of steady enqueue+drain: claim latency, dead tuples and table size
                over time, with archival and the shipped autovacuum settings
