@@ -1,0 +1,90 @@
+package ordered
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/orderedq/ordered/ordered/internal/store"
+)
+
+// EnqueueSQLTx enqueues one event inside tx, a database/sql transaction (see EnqueueTx). Under
+// Config.Pooler PoolerTransaction, tx must come from pgx's database/sql driver (stdlib), which
+// takes the statement's exec mode from its arguments. Package orderedbun builds on it.
+func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, ev Event) (EnqueueResult, error) {
+	return first(c.EnqueueManySQLTx(ctx, tx, []Event{ev}))
+}
+
+// EnqueueManySQLTx enqueues a batch inside tx, a database/sql transaction (see EnqueueSQLTx).
+// On error the batch wrote nothing, and tx is aborted: roll it back.
+func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Event) ([]EnqueueResult, error) {
+	b, err := c.encodeBatch(events)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.admit(ctx, len(b.unique)); err != nil {
+		return nil, err
+	}
+	rows := make([][]store.EnqueuedJob, len(b.parts))
+	for k := range b.parts {
+		cols := &b.parts[k].columns
+		if len(cols.Keys) == 1 && cols.FirstSeq == nil {
+			job := store.EnqueuedJob{Ord: 1}
+			err := tx.QueryRowContext(ctx, store.JobEnqueueOneSQL, store.ModeArgs(c.mode, cols.OneArgs()...)...).
+				Scan(&job.ID, &job.Duplicate)
+			if err != nil {
+				return nil, b.dbError(k, err)
+			}
+			rows[k] = []store.EnqueuedJob{job}
+			continue
+		}
+		batchJSON, err := b.parts[k].json()
+		if err != nil {
+			return nil, err
+		}
+		rows[k], err = scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, append([]any{string(batchJSON),
+			cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault}, cols.SequenceArgs()...)...)...))
+		if err != nil {
+			return nil, b.dbError(k, err)
+		}
+	}
+	return b.results(rows), nil
+}
+
+// wireEvent is an event as ordered_enqueue reads it from JSON.
+type wireEvent struct {
+	Key         string          `json:"key"`
+	Seq         int64           `json:"seq"`
+	Kind        string          `json:"kind,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
+	RunAt       *time.Time      `json:"run_at,omitempty"`
+	MaxAttempts int32           `json:"max_attempts"`
+}
+
+// json encodes the part for ordered_enqueue, the form database/sql callers send.
+func (p *batchPart) json() ([]byte, error) {
+	c := &p.columns
+	wire := make([]wireEvent, len(c.Keys))
+	for i := range wire {
+		wire[i] = wireEvent{Key: c.Keys[i], Seq: c.Seqs[i], Kind: c.Kinds[i], Payload: json.RawMessage(c.Payloads[i]),
+			RunAt: c.RunAts[i], MaxAttempts: c.MaxAttempts[i]}
+	}
+	return json.Marshal(wire)
+}
+
+func scanEnqueueRows(rows *sql.Rows, err error) ([]store.EnqueuedJob, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.EnqueuedJob
+	for rows.Next() {
+		var r store.EnqueuedJob
+		if err := rows.Scan(&r.Ord, &r.ID, &r.Duplicate); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
