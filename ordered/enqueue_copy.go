@@ -11,7 +11,7 @@ import (
 
 // copyMinEvents is the size from which a batch in the default mode is written with COPY when
 // every event of it is an append (above everything its key has): below it, the extra round
-// trip costs more than COPY saves.
+// trips (and a transaction of its own, for EnqueueMany) cost about what COPY saves.
 const copyMinEvents = 100
 
 // copies reports whether part is written with COPY when its events are appends, for a batch
