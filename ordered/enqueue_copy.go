@@ -1,7 +1,10 @@
 package ordered
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,18 +52,28 @@ func enqueueByCopy(ctx context.Context, tx pgx.Tx, db store.DBTX, cols *store.En
 	if err != nil || !plan.Appends {
 		return nil, false, err
 	}
+	// The rows go in (key, seq) order, as ordered_enqueue_events inserts them: a key's jobs
+	// side by side in the table, and its index entries added in order.
+	order := make([]int, len(cols.Keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(cols.Keys[a], cols.Keys[b]), cmp.Compare(cols.Seqs[a], cols.Seqs[b]))
+	})
 	rows := make([][]any, len(cols.Keys))
 	jobs := make([]store.EnqueuedJob, len(cols.Keys))
-	for i, key := range cols.Keys {
+	for r, i := range order {
+		key := cols.Keys[i]
 		k := of[key]
 		availableAt := plan.Now
 		if cols.RunAts[i] != nil {
 			availableAt = *cols.RunAts[i]
 		}
 		head := !plan.Open[k] && cols.Seqs[i] == mins[k]
-		rows[i] = []any{plan.IDs[i], key, cols.Seqs[i], cols.Kinds[i], cols.Payloads[i], availableAt,
+		rows[r] = []any{plan.IDs[r], key, cols.Seqs[i], cols.Kinds[i], cols.Payloads[i], availableAt,
 			cols.MaxAttempts[i], cols.RunAts[i], head}
-		jobs[i] = store.EnqueuedJob{Ord: i + 1, ID: plan.IDs[i]}
+		jobs[i] = store.EnqueuedJob{Ord: i + 1, ID: plan.IDs[r]}
 	}
 	if err := store.JobAppendCopy(ctx, tx, rows); err != nil {
 		return nil, false, err
