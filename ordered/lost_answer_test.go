@@ -151,7 +151,14 @@ func TestWorkerLeavesANextJobWhoseLeaseRanOutMeanwhile(t *testing.T) {
 			ran = append(ran, "other: "+jobs[0].IdempotencyKey())
 		}
 	})
-	require.Equal(t, []string{"worker: a/2 attempt 2"}, ran, "a/2 ran in two places, or on the lost lease")
+	// Attempt 1 is the batch's claim, whose answer was lost. A machine slow enough to let the
+	// recovered claim's short lease run out too before the handler starts makes it attempt 3
+	// or later; what matters is that a/2 ran once, here, and not on the lost claim.
+	require.Len(t, ran, 1, "a/2 ran in two places: %v", ran)
+	var attempt int
+	_, err := fmt.Sscanf(ran[0], "worker: a/2 attempt %d", &attempt)
+	require.NoError(t, err, ran[0])
+	require.GreaterOrEqual(t, attempt, 2, "a/2 ran on the lost claim")
 }
 
 // A job of the batch done at the version the batch held may have been completed by another
