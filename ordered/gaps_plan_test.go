@@ -14,8 +14,22 @@ const enqueueContiguousSQL = `SELECT count(*) FROM ordered_enqueue_events(ARRAY(
 	FROM generate_series(1, $2::integer) AS g), p_first_seq => 1)`
 
 // completionBuffers runs the completion of the claim (id, version) under EXPLAIN (ANALYZE,
-// BUFFERS) in a transaction that is rolled back, and returns the shared buffers it touched.
+// BUFFERS) three times, each in a transaction that is rolled back, and returns the fewest
+// shared buffers one touched: a session's first call also reads the catalog, and which pooled
+// session runs each call is not fixed.
 func completionBuffers(t *testing.T, b *testBundle, id, version int64) (buffers int, plan string) {
+	t.Helper()
+	buffers = -1
+	for range 3 {
+		n, p := completionBuffersOnce(t, b, id, version)
+		if buffers < 0 || n < buffers {
+			buffers, plan = n, p
+		}
+	}
+	return buffers, plan
+}
+
+func completionBuffersOnce(t *testing.T, b *testBundle, id, version int64) (buffers int, plan string) {
 	t.Helper()
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
