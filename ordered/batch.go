@@ -64,9 +64,10 @@ func (c *Client) NewBatchWorker(h BatchHandlerFunc, cfg *WorkerConfig) (*Worker,
 }
 
 // ClaimBatch claims up to limit batches of up to size jobs each, leased for Config.Lease: each
-// a ready head of its key (or a job whose worker's lease expired, the key's lowest open job)
-// followed by that key's next jobs in seq order, as far as they are ready, unlocked and, on a
-// contiguous key, without a hole in their seqs. Settle a batch's finished prefix with
+// a ready head of its key followed by that key's next jobs in seq order, as far as they are
+// ready, unlocked and, on a contiguous key, without a hole in their seqs; or a job whose
+// worker's lease expired (the key's lowest open job) alone, so that a job that crashes its
+// worker spends only its own attempts. Settle a batch's finished prefix with
 // CompleteMany, a failed job with Retry or Fail, and the rest with ReleaseBatch. No batch is
 // not an error.
 func (c *Client) ClaimBatch(ctx context.Context, limit, size int) ([][]*Job, error) {

@@ -131,25 +131,88 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 	require.Equal(t, []int{2, 1, 1}, []int{batches[0][0].Attempt, batches[0][1].Attempt, batches[0][2].Attempt})
 	stale := batches[0]
 
-	// Its lease runs out and another batch claim recovers it, in order, from its head.
+	// Its lease runs out and another batch claim recovers it from its head, alone.
 	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
 	require.NoError(t, err)
 	other := b.newClient(t, &ordered.Config{Lease: 2 * time.Second})
 	batches, err = other.ClaimBatch(b.ctx, 1, 5)
 	require.NoError(t, err)
 	require.Len(t, batches, 1)
-	require.Equal(t, []int64{3, 4, 5}, seqsOf(batches[0]))
+	require.Equal(t, []int64{3}, seqsOf(batches[0]))
 
 	require.ErrorIs(t, b.client.RenewBatch(b.ctx, stale), ordered.ErrLeaseLost)
 	require.ErrorIs(t, b.client.ReleaseBatch(b.ctx, stale[1:]), ordered.ErrLeaseLost)
 	lost, err = b.client.CompleteMany(b.ctx, stale)
 	require.NoError(t, err)
 	require.Len(t, lost, 3, "a stale batch completed something")
-	require.Equal(t, []string{"1:done:1", "2:done:1", "3:running:3", "4:running:2", "5:running:2"}, b.jobsOf(t, "k"))
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:running:3", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
 
 	lost, err = other.CompleteMany(b.ctx, batches[0])
 	require.NoError(t, err)
 	require.Empty(t, lost)
+
+	// The rest of the stale batch is recovered in order, a job at a time.
+	for _, seq := range []int64{4, 5} {
+		batches, err = other.ClaimBatch(b.ctx, 1, 5)
+		require.NoError(t, err)
+		require.Len(t, batches, 1)
+		require.Equal(t, []int64{seq}, seqsOf(batches[0]))
+		require.Equal(t, 2, batches[0][0].Attempt, "recovered")
+		lost, err = other.CompleteMany(b.ctx, batches[0])
+		require.NoError(t, err)
+		require.Empty(t, lost)
+	}
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:done:3", "4:done:2", "5:done:2"}, b.jobsOf(t, "k"))
+}
+
+// A job that crashes every worker that runs it, in the middle of a batch: after the first
+// crash each job of the batch runs alone, so only the poison job spends attempts until it is
+// failed, the jobs beside it spend one each, and the key goes back to batches after it.
+func TestBatchPoisonJobSpendsOnlyItsOwnAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: 2 * time.Second, MaxAttempts: 3, Policy: policy.Always(policy.Skip)})
+	b.enqueue(t, "k", 1, 2, 3, 4, 5, 6)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 4)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{1, 2, 3, 4}, seqsOf(batches[0]))
+	crash := func() {
+		_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+		require.NoError(t, err)
+	}
+	crash()
+
+	var ran []string
+	for range 20 {
+		batches, err := b.client.ClaimBatch(b.ctx, 1, 4)
+		require.NoError(t, err)
+		if len(batches) == 0 {
+			// Job 3's attempts ran out on crashes: maintenance fails it (skip: the key goes on).
+			n, err := b.client.FailExhausted(b.ctx, 10)
+			require.NoError(t, err)
+			if n == 0 {
+				break
+			}
+			ran = append(ran, "failed 3")
+			continue
+		}
+		require.Len(t, batches, 1)
+		batch := batches[0]
+		var names []string
+		for _, j := range batch {
+			names = append(names, fmt.Sprintf("%d@%d", j.Seq, j.Attempt))
+		}
+		ran = append(ran, fmt.Sprint(names))
+		if batch[0].Seq == 3 {
+			crash()
+			continue
+		}
+		lost, err := b.client.CompleteMany(b.ctx, batch)
+		require.NoError(t, err)
+		require.Empty(t, lost)
+	}
+	require.Equal(t, []string{"[1@2]", "[2@2]", "[3@2]", "[3@3]", "failed 3", "[4@2]", "[5@1 6@1]"}, ran)
+	require.Equal(t, []string{"1:done:2", "2:done:2", "3:failed:3", "4:done:2", "5:done:1", "6:done:1"}, b.jobsOf(t, "k"))
 }
 
 // An enqueue of a key whose batch runs goes behind the batch: below one of its jobs it is late.
@@ -384,14 +447,14 @@ func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
 	batches, err := other.ClaimBatch(b.ctx, 1, 10)
 	require.NoError(t, err)
 	require.Len(t, batches, 1)
-	require.Equal(t, []int64{1, 2, 3}, seqsOf(batches[0]))
+	require.Equal(t, []int64{1}, seqsOf(batches[0]), "a recovered batch runs a job at a time")
 	select {
 	case cause := <-causes:
 		require.ErrorIs(t, cause, ordered.ErrLeaseLost)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler's context was not cancelled")
 	}
-	require.Equal(t, []string{"1:running:2", "2:running:2", "3:running:2"}, b.jobsOf(t, "k"), "the stale batch settled something")
+	require.Equal(t, []string{"1:running:2", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"), "the stale batch settled something")
 	lost, err := other.CompleteMany(b.ctx, batches[0])
 	require.NoError(t, err)
 	require.Empty(t, lost)

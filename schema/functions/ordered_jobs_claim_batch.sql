@@ -7,6 +7,10 @@
 -- key's enqueues until this commits, and the extension reads the key's jobs with a snapshot
 -- taken after the lock, so it sees every enqueue that committed before. A key an enqueue (or
 -- an admin operation) holds gets a batch of its head alone; nothing ever waits.
+--
+-- A recovered head is not extended either: its batch crashed or stalled its worker, so each of
+-- its jobs runs alone until it is past them, and only the job that kills its worker spends
+-- attempts on it (and is failed when they run out), not the batch around it.
 CREATE OR REPLACE FUNCTION ordered_jobs_claim_batch(p_limit integer, p_batch integer, p_lease interval)
 RETURNS TABLE (id bigint, key text, seq bigint, kind text, payload jsonb, attempts integer,
                max_attempts integer, claim_version bigint, lease_until timestamptz,
@@ -38,7 +42,8 @@ BEGIN
               ORDER BY k.key FOR SHARE SKIP LOCKED) AS k;
         IF v_locked IS NOT NULL THEN
             v_extend := ARRAY(SELECT j.id FROM ordered_jobs AS j
-                              WHERE j.id = ANY (v_heads) AND j.key = ANY (v_locked));
+                              WHERE j.id = ANY (v_heads) AND j.key = ANY (v_locked)
+                                AND j.id <> ALL (coalesce(v_recovered, '{}')));
         END IF;
     END IF;
 

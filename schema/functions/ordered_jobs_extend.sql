@@ -1,11 +1,10 @@
 -- ordered_jobs_extend turns claimed heads (p_heads: running jobs this transaction claimed) into
 -- batches: each head is followed by up to p_batch - 1 of its key's next open jobs, in seq
 -- order, each claimed as the claim does and leased until its head's lease ends. A batch stops
--- at the first job that is not claimable: not queued and due, nor a running job whose lease
--- expired with attempts left (a crashed batch's rest); locked by another transaction; or, on
--- a contiguous key (next_seq set), a hole in the seqs. Later jobs keep head = false, so no
--- other claim can take them, and recovery, which takes only a key's lowest open job, takes a
--- crashed batch back in order.
+-- at the first job that is not queued and due (a crashed batch's rest, still running with an
+-- expired lease, is recovered one job at a time: see ordered_jobs_claim_batch), that another
+-- transaction locks, or, on a contiguous key (next_seq set), at a hole in the seqs. Later jobs
+-- keep head = false, so no other claim can take them.
 --
 -- The caller holds the heads' key rows (FOR SHARE at least) since before this call: no
 -- enqueue of those keys is in flight, so no event can land between two jobs of a batch (one
@@ -28,7 +27,6 @@ DECLARE
     v_cand_heads bigint[];
     v_cand_leases timestamptz[];
     v_locked bigint[];
-    v_recovered bigint[];
     v_ext bigint[];
     v_leases timestamptz[];
 BEGIN
@@ -50,9 +48,7 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT f.id, f.seq, f.claimable, row_number() OVER (ORDER BY f.seq) AS n
             FROM (SELECT o.id, o.seq,
-                         (o.status = 'queued' AND o.available_at <= statement_timestamp())
-                         OR (o.status = 'running' AND o.lease_until <= statement_timestamp()
-                             AND o.attempts < o.max_attempts) AS claimable
+                         o.status = 'queued' AND o.available_at <= statement_timestamp() AS claimable
                   FROM ordered_jobs AS o
                   WHERE o.key = h.key AND o.status IN ('queued', 'running', 'blocked')
                     AND o.seq > h.seq
@@ -66,13 +62,10 @@ BEGIN
     END IF;
 
     -- Lock them, never waiting: a job another transaction holds ends its batch.
-    SELECT array_agg(l.id), array_agg(l.id) FILTER (WHERE l.status = 'running')
-    INTO v_locked, v_recovered
-    FROM (SELECT j.id, j.status FROM ordered_jobs AS j
+    SELECT array_agg(l.id) INTO v_locked
+    FROM (SELECT j.id FROM ordered_jobs AS j
           WHERE j.id = ANY (v_cand) AND NOT j.head
-            AND ((j.status = 'queued' AND j.available_at <= statement_timestamp())
-                 OR (j.status = 'running' AND j.lease_until <= statement_timestamp()
-                     AND j.attempts < j.max_attempts))
+            AND j.status = 'queued' AND j.available_at <= statement_timestamp()
           FOR UPDATE SKIP LOCKED) AS l;
 
     SELECT array_agg(c.id ORDER BY c.ord), array_agg(c.lease ORDER BY c.ord)
@@ -99,8 +92,7 @@ BEGIN
         WHERE j.id = u.id
         RETURNING j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts,
                   j.claim_version, j.lease_until, j.created_at, j.available_at,
-                  j.attempted_at, j.last_error,
-                  j.id = ANY (coalesce(v_recovered, '{}')) AS recovered
+                  j.attempted_at, j.last_error, false AS recovered
     )
     SELECT * FROM claimed ORDER BY claimed.key, claimed.seq;
 END
