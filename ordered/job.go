@@ -137,7 +137,7 @@ func (c *Client) Complete(ctx context.Context, job *Job) error {
 // back. Roll it back. (Rolling back to a savepoint lifts the abort for what was written before
 // the savepoint: do not call CompleteTx inside a savepoint after effects that must go with it.)
 func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, job *Job) error {
-	err := mapDBError(store.JobCompleteOrAbort(ctx, tx, job.ID, job.ClaimVersion))
+	err := mapDBError(store.JobCompleteOrAbort(ctx, c.in(tx), job.ID, job.ClaimVersion))
 	if err == nil || errors.Is(err, ErrLeaseLost) {
 		return err
 	}

@@ -282,6 +282,44 @@ func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 	}
 }
 
+// A TxHandlerFunc worker through PgBouncer: each handler writes a business row in its
+// transaction, and the worker completes the job in the same one (CompleteTx, in the client's
+// exec mode, on a pool with pgx's defaults). Every job commits with its row on its first
+// attempt: no completion meets a statement prepared on another server connection.
+func TestPoolerTxHandlerCompletesInItsTransaction(t *testing.T) {
+	t.Parallel()
+	for _, mode := range poolerModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setupPooler(t, mode, nil)
+			_, err := b.direct.Exec(b.ctx, `CREATE TABLE business (key text, seq bigint, PRIMARY KEY (key, seq))`)
+			require.NoError(t, err)
+			const keys, seqs = 6, 30
+			b.workload(t, keys, seqs)
+			w, err := b.client.NewWorker(ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, j *ordered.Job) error {
+				// The handler's own statement names a mode safe behind any pooler.
+				_, err := tx.Exec(ctx, `INSERT INTO business (key, seq) VALUES ($1, $2)`, pgx.QueryExecModeCacheDescribe, j.Key, j.Seq)
+				return err
+			}), &ordered.WorkerConfig{Workers: 6, PollInterval: 20 * time.Millisecond})
+			require.NoError(t, err)
+			require.NoError(t, w.Start(b.ctx))
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				require.NoError(t, w.StopAndCancel(ctx))
+			})
+			waitFor(t, time.Minute, "the workload done", func() bool { return b.doneCount(t) == keys*seqs })
+
+			var business, firstAttempt int
+			require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM business`).Scan(&business))
+			require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
+				WHERE status = 'done' AND attempts = 1`).Scan(&firstAttempt))
+			require.Equal(t, keys*seqs, business, "a business row a job")
+			require.Equal(t, keys*seqs, firstAttempt, "jobs done on their first attempt; the log: %s", b.log.String())
+		})
+	}
+}
+
 // enqueueWithPgx writes business row id and enqueues ev in one pgx transaction. The caller's
 // own statement names a mode safe behind any pooler: the pool has pgx's defaults.
 func enqueueWithPgx(b *poolerBundle, id int, ev ordered.Event, commit bool) error {
