@@ -80,15 +80,16 @@ func closeBrowser() error {
 	return err
 }
 
-// tab opens a tab of the shared browser for t, closed when t ends. It fails t when no browser
-// can be had.
+// tab opens a tab of the shared browser for t, closed when t ends, in a browser context of its
+// own: no cookie of another test's login (the servers differ only by port, which cookies do not
+// tell apart) reaches it. It fails t when no browser can be had.
 func tab(t *testing.T) context.Context {
 	t.Helper()
 	browser.once.Do(startBrowser)
 	if browser.err != nil {
 		t.Fatalf("browser: %v", browser.err)
 	}
-	ctx, cancel := chromedp.NewContext(browser.ctx)
+	ctx, cancel := chromedp.NewContext(browser.ctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
 	// A bound against a hang, not a timing assumption: every wait is for a DOM condition.
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
