@@ -710,11 +710,13 @@ func (b *testBundle) terminateSessions(t *testing.T, app string) (listeners, oth
 	return listeners, others
 }
 
-// listenerPIDs returns the pids of app's sessions that listen for notifications.
+// listenerPIDs returns the pids of app's sessions that listen for notifications: whose LISTEN
+// has returned. A session still running it is not listening yet, and a drop then is a failed
+// reconnection, not the drop of a listener.
 func listenerPIDs(t *testing.T, ctx context.Context, db querier, app string) []int {
 	t.Helper()
 	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity
-		WHERE application_name = $1 AND query = 'LISTEN ordered_jobs'`, app)
+		WHERE application_name = $1 AND query = 'LISTEN ordered_jobs' AND state = 'idle'`, app)
 	require.NoError(t, err)
 	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	require.NoError(t, err)
