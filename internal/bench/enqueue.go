@@ -83,23 +83,26 @@ func (b *bench) benchEnqueue(ctx context.Context) error {
 }
 
 // producers runs write from n goroutines for d, each goroutine p with its own i from seq,
-// and returns how many writes succeeded and the seconds they took.
+// and returns how many writes succeeded and the seconds they took. Each goroutine writes at
+// least once and finishes the write under way at the deadline: cutting a statement short
+// would close its connection, and the next round would pay for new sessions.
 func producers(ctx context.Context, n int, d time.Duration, seq *atomic.Int64, write func(context.Context, int, int64) error) (float64, float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
 	var done atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	start := time.Now()
+	end := start.Add(d)
 	for p := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				if err := write(ctx, p, seq.Add(1)); err == nil {
-					done.Add(1)
-				} else if ctx.Err() == nil {
+			for {
+				if err := write(ctx, p, seq.Add(1)); err != nil {
 					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				done.Add(1)
+				if ctx.Err() != nil || !time.Now().Before(end) {
 					return
 				}
 			}
@@ -112,10 +115,10 @@ func producers(ctx context.Context, n int, d time.Duration, seq *atomic.Int64, w
 	return float64(done.Load()), time.Since(start).Seconds(), nil
 }
 
-// latencies times write, one call at a time from one producer, for d.
+// latencies times write, one call at a time from one producer, for d and at least once.
 func latencies(ctx context.Context, d time.Duration, seq *atomic.Int64, write func(context.Context, int, int64) error) ([]time.Duration, error) {
 	var out []time.Duration
-	for end := time.Now().Add(d); time.Now().Before(end); {
+	for end := time.Now().Add(d); len(out) == 0 || time.Now().Before(end); {
 		start := time.Now()
 		if err := write(ctx, 99, seq.Add(1)); err != nil {
 			return nil, err
