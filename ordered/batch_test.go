@@ -151,13 +151,21 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, lost)
 
-	// The rest of the stale batch is recovered in order, a job at a time.
-	for _, seq := range []int64{4, 5} {
+	// The rest of the stale batch is recovered in order, a job at a time, and each recovery
+	// fences the stale batch's claim of that job too.
+	for i, seq := range []int64{4, 5} {
 		batches, err = other.ClaimBatch(b.ctx, 1, 5)
 		require.NoError(t, err)
 		require.Len(t, batches, 1)
 		require.Equal(t, []int64{seq}, seqsOf(batches[0]))
 		require.Equal(t, 2, batches[0][0].Attempt, "recovered")
+		staleJob := stale[1+i : 2+i]
+		require.ErrorIs(t, b.client.RenewBatch(b.ctx, staleJob), ordered.ErrLeaseLost)
+		require.ErrorIs(t, b.client.ReleaseBatch(b.ctx, staleJob), ordered.ErrLeaseLost)
+		lost, err = b.client.CompleteMany(b.ctx, staleJob)
+		require.NoError(t, err)
+		require.Len(t, lost, 1, "the stale batch completed job %d", seq)
+		require.Contains(t, b.jobsOf(t, "k"), fmt.Sprintf("%d:running:2", seq))
 		lost, err = other.CompleteMany(b.ctx, batches[0])
 		require.NoError(t, err)
 		require.Empty(t, lost)
@@ -358,8 +366,8 @@ func TestBatchWorkerFailureMidway(t *testing.T) {
 }
 
 // A batch worker process is SIGKILLed in the middle of a batch: the batches it completed stay
-// done and never run again; the batch it held runs again, in order, from its first job, after
-// its lease expires, and the key goes on behind it.
+// done and never run again; the batch it held runs again after its lease expires, in order
+// from its first job and a job at a time, and the key goes on behind it.
 func TestBatchProcessKilledMidBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -413,8 +421,9 @@ func TestBatchProcessKilledMidBatch(t *testing.T) {
 }
 
 // A batch worker's heartbeat renews the one lease of all its batch's jobs while the handler
-// runs past several leases; once another claim takes the batch over, the handler's context is
-// cancelled with ErrLeaseLost and nothing of the batch is settled by it.
+// runs past several leases; once another claim recovers the batch's first job (alone: a
+// recovered batch runs a job at a time), the handler's context is cancelled with
+// ErrLeaseLost and nothing of the batch is settled by it.
 func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second

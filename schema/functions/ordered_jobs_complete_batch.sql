@@ -4,7 +4,8 @@
 -- to p_batch jobs, all in one statement: the keys' next heads first, each extended into a
 -- batch (ordered_jobs_extend), then, if fewer, other ready heads as ordered_jobs_claim_batch
 -- claims them, so that a worker whose key ran dry goes on with another without a claim
--- statement of its own. ordered_jobs_complete holds the completed keys' rows FOR SHARE from
+-- statement of its own. A next head left running by a crashed batch, its lease expired, is
+-- not a queued head: only that trailing claim takes it, recovered and alone. ordered_jobs_complete holds the completed keys' rows FOR SHARE from
 -- its start, so their extension sees every enqueue of those keys that committed; the other
 -- keys are locked without waiting, as ordered_jobs_claim_batch does. Rows as
 -- ordered_jobs_complete's: the completed claims, then the claimed jobs.
