@@ -299,3 +299,60 @@ func TestEnqueueCostIndependentOfKeyBacklog(t *testing.T) {
 	require.NoError(t, err)
 	check("appending behind a running head", 1_000_000, 1_000_000)
 }
+
+// The claim's cost must not grow with the rest of crashed batches: their later jobs stay
+// running with expired leases until their key reaches them, one at a time, and each claim
+// meanwhile walks past them in the lease index. With 16 batches of 100 crashed and their heads
+// recovered, claiming other keys' jobs touches about as many buffers as without them.
+func TestClaimCostIndependentOfCrashedBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const others, batches, batchSize, limit = 1000, 16, 100, 20
+
+	evs := make([]ordered.Event, others)
+	for i := range evs {
+		evs[i] = ordered.Event{Key: fmt.Sprintf("other-%04d", i), Seq: 1, Payload: json.RawMessage(`{"n":1}`)}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, evs)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `ANALYZE ordered_jobs`)
+	require.NoError(t, err)
+	without, _ := claimBuffers(t, b, limit)
+
+	// The crashed keys' jobs are the oldest, so the batch claim takes them.
+	for k := range batches {
+		evs := make([]ordered.Event, batchSize)
+		for i := range evs {
+			evs[i] = ordered.Event{Key: fmt.Sprintf("crashed-%02d", k), Seq: int64(i + 1), Payload: json.RawMessage(`{"n":1}`)}
+		}
+		_, err := b.client.EnqueueMany(b.ctx, evs)
+		require.NoError(t, err)
+	}
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '1 hour' WHERE key LIKE 'crashed-%'`)
+	require.NoError(t, err)
+	claimed, err := b.client.ClaimBatch(b.ctx, batches, batchSize)
+	require.NoError(t, err)
+	require.Len(t, claimed, batches)
+	for _, batch := range claimed {
+		require.Len(t, batch, batchSize)
+	}
+	// Their worker crashes; another recovers each head, alone, and runs it.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.NoError(t, err)
+	recovered, err := b.client.ClaimBatch(b.ctx, batches, batchSize)
+	require.NoError(t, err)
+	require.Len(t, recovered, batches)
+	for _, batch := range recovered {
+		require.Equal(t, []int64{1}, seqsOf(batch))
+	}
+	var expired int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
+		WHERE status = 'running' AND lease_until <= now()`).Scan(&expired))
+	require.Equal(t, batches*(batchSize-1), expired)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	require.NoError(t, err)
+
+	with, plan := claimBuffers(t, b, limit)
+	t.Logf("claim of %d: %d buffers without crashed batches, %d with %d expired jobs behind their heads", limit, without, with, expired)
+	require.LessOrEqual(t, with, 2*without+200, "the claim probed the guard of every expired job of the crashed batches:\n%s", plan)
+}
