@@ -2,10 +2,8 @@
 -- auto-committed transaction.
 --
 -- Two kinds of candidate, recovered leases first:
---   * a running head whose lease expired and that has attempts left (its worker crashed or
---     stalled; exhausted ones are failed by maintenance, never claimed). The later jobs of a
---     crashed batch run with head = false until the job before them is settled, so the walk
---     passes them without probing the guard;
+--   * a running job whose lease expired and that has attempts left (its worker crashed or
+--     stalled; exhausted ones are failed by maintenance, never claimed);
 --   * a ready head: the lowest open job of its key, queued, due (ordered_jobs_ready holds one
 --     row per key at most, so a key's backlog is never scanned).
 -- Both carry the same NOT EXISTS guard: no open job of the same key with a lower seq. It always
@@ -32,7 +30,6 @@ BEGIN
         WHERE j.status = 'running'
           AND j.lease_until <= statement_timestamp()
           AND j.attempts < j.max_attempts
-          AND j.head
           AND NOT EXISTS (
               SELECT 1
               FROM (SELECT e.seq FROM ordered_jobs AS e
