@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -485,4 +486,163 @@ func TestClaimBatchWaitsForASingleClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, batches, 1)
 	require.Equal(t, []int64{2, 3}, seqsOf(batches[0]))
+}
+
+// Two settlements of one key can overlap: a batch whose first job was recovered by another
+// worker while its own worker still held the rest settles the rest while the new owner
+// completes the first job. The one that waits for the other's rows must not then make a job
+// that the other closed its key's head: the key's next job must still be found, recovered
+// once its lease expires, and the key go on, new events included.
+func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "k", 1, 2, 3, 4, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	stale := batches[0]
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqsOf(stale))
+
+	// Job 1's lease runs out alone (its renewal lost the race with a recovery), and another
+	// worker recovers it; the batch's worker still holds 2 to 5.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	other := b.newClient(t, nil)
+	recovered, err := other.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, recovered, 1)
+	require.Equal(t, []int64{1}, seqsOf(recovered[0]))
+
+	// The batch's worker settles: 5 given back, 1 to 3 completed (1's claim is lost), in a
+	// transaction held open while the new owner completes job 1 and waits for its rows.
+	require.NoError(t, b.client.ReleaseBatch(b.ctx, stale[4:]))
+	settler, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer settler.Rollback(b.ctx) //nolint:errcheck
+	var completed int
+	require.NoError(t, settler.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
+		FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`,
+		[]int64{ids[0], ids[1], ids[2]}, []int64{stale[0].ClaimVersion, stale[1].ClaimVersion, stale[2].ClaimVersion}).Scan(&completed))
+	require.Equal(t, 2, completed)
+
+	owner, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer owner.Release()
+	var ownerPID int
+	require.NoError(t, owner.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&ownerPID))
+	ownerDone := make(chan error, 1)
+	go func() {
+		var n int
+		err := owner.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
+			FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`,
+			[]int64{ids[0]}, []int64{recovered[0][0].ClaimVersion}).Scan(&n)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("the recovered claim of job 1 completed %d jobs", n)
+		}
+		ownerDone <- err
+	}()
+	waitFor(t, 10*time.Second, "the new owner's completion waiting for the settler's rows", func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(wait_event_type = 'Lock', false)
+			FROM pg_stat_activity WHERE pid = $1`, ownerPID).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, settler.Commit(b.ctx))
+	require.NoError(t, <-ownerDone)
+
+	var closedHeads []int64
+	rows, err := b.pool.Query(b.ctx, `SELECT seq FROM ordered_jobs WHERE key = 'k' AND head
+		AND status NOT IN ('queued', 'running', 'blocked') ORDER BY seq`)
+	require.NoError(t, err)
+	closedHeads, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Empty(t, closedHeads, "a closed job is its key's head")
+	require.Equal(t, []string{"1:done:2", "2:done:1", "3:done:1", "4:running:1", "5:queued:0"}, b.jobsOf(t, "k"))
+
+	// The batch's worker, its claim of 1 lost, drops job 4; its lease runs out, and the key
+	// goes on: 4 recovered, then 5, then an event enqueued after.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.NoError(t, err)
+	for _, seq := range []int64{4, 5, 6} {
+		if seq == 6 {
+			b.enqueue(t, "k", 6)
+		}
+		batches, err := other.ClaimBatch(b.ctx, 1, 5)
+		require.NoError(t, err)
+		require.Len(t, batches, 1, "the key is stuck before seq %d", seq)
+		require.Equal(t, []int64{seq}, seqsOf(batches[0]))
+		lost, err := other.CompleteMany(b.ctx, batches[0])
+		require.NoError(t, err)
+		require.Empty(t, lost)
+	}
+	require.Equal(t, []string{"1:done:2", "2:done:1", "3:done:1", "4:done:2", "5:done:1", "6:done:1"}, b.jobsOf(t, "k"))
+}
+
+// The same with a failure: a batch's third job is failed for good (the key moves on) while its
+// first two are completed, the failure's transaction open while the completion waits for it.
+// The failed job must not become the head; the batch's later jobs are recovered in order.
+func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "k", 1, 2, 3, 4, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	batch := batches[0]
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqsOf(batch))
+
+	failer, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer failer.Rollback(b.ctx) //nolint:errcheck
+	var failed bool
+	require.NoError(t, failer.QueryRow(b.ctx, `SELECT ordered_job_fail($1, $2, 'boom', false, false)`,
+		ids[2], batch[2].ClaimVersion).Scan(&failed))
+	require.True(t, failed)
+
+	completer, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer completer.Release()
+	var completerPID int
+	require.NoError(t, completer.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&completerPID))
+	completed := make(chan error, 1)
+	go func() {
+		var n int
+		err := completer.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
+			FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`,
+			[]int64{ids[0], ids[1]}, []int64{batch[0].ClaimVersion, batch[1].ClaimVersion}).Scan(&n)
+		if err == nil && n != 2 {
+			err = fmt.Errorf("the completion completed %d jobs of 2", n)
+		}
+		completed <- err
+	}()
+	waitFor(t, 10*time.Second, "the completion waiting for the failure's rows", func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(wait_event_type = 'Lock', false)
+			FROM pg_stat_activity WHERE pid = $1`, completerPID).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, failer.Commit(b.ctx))
+	require.NoError(t, <-completed)
+
+	rows, err := b.pool.Query(b.ctx, `SELECT seq FROM ordered_jobs WHERE key = 'k' AND head
+		AND status NOT IN ('queued', 'running', 'blocked') ORDER BY seq`)
+	require.NoError(t, err)
+	closedHeads, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Empty(t, closedHeads, "a closed job is its key's head")
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
+
+	// The batch's worker crashes; the key goes on with 4, then 5, each recovered alone.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.NoError(t, err)
+	for _, seq := range []int64{4, 5} {
+		batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
+		require.NoError(t, err)
+		require.Len(t, batches, 1, "the key is stuck before seq %d", seq)
+		require.Equal(t, []int64{seq}, seqsOf(batches[0]))
+		lost, err := b.client.CompleteMany(b.ctx, batches[0])
+		require.NoError(t, err)
+		require.Empty(t, lost)
+	}
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:done:2", "5:done:2"}, b.jobsOf(t, "k"))
 }

@@ -79,7 +79,8 @@ BEGIN
             ORDER BY o.seq LIMIT 1) AS lowest
         LEFT JOIN unnest(v_cont_keys, v_cont_next) AS c(key, next_seq) ON c.key = k.key
         WHERE c.key IS NULL OR lowest.seq <= c.next_seq))
-      AND NOT j.head;
+      AND NOT j.head
+      AND j.status IN ('queued', 'running', 'blocked');
 
     IF v_cont_keys IS NOT NULL THEN
         PERFORM ordered_gaps_sync(v_cont_keys);

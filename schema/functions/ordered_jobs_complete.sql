@@ -105,7 +105,8 @@ BEGIN
         END IF;
         -- One update makes them heads and does the claim's update (ordered_jobs_claim) too.
         -- The lease starts now, not at the start of the statement: it may have waited for a
-        -- key.
+        -- key. The conditions are checked again on a row that changed during a wait for it
+        -- (another settlement of the key may have claimed or closed it meanwhile).
         RETURN QUERY
         WITH claimed AS (
             UPDATE ordered_jobs AS j
@@ -116,7 +117,7 @@ BEGIN
                 claimed_by = nullif(current_setting('application_name'), ''),
                 lease_until = clock_timestamp() + p_lease,
                 attempted_at = clock_timestamp()
-            WHERE j.id = ANY (v_claim) AND NOT j.head
+            WHERE j.id = ANY (v_claim) AND NOT j.head AND j.status = 'queued'
             RETURNING j.*
         )
         SELECT false, p.id, p.key, p.seq, p.kind, p.payload, p.attempts, p.max_attempts,
@@ -124,10 +125,12 @@ BEGIN
                p.last_error
         FROM claimed AS p;
     END IF;
-    -- The next heads not claimed (not due, blocked, or past p_next_limit) become heads only.
+    -- The next heads not claimed (not due, blocked, or past p_next_limit) become heads only;
+    -- never one that an overlapping settlement of its key closed while this waited for it.
     v_rest := ARRAY(SELECT unnest(v_next) EXCEPT SELECT unnest(v_claim));
     IF cardinality(v_rest) > 0 THEN
-        UPDATE ordered_jobs AS j SET head = true WHERE j.id = ANY (v_rest) AND NOT j.head;
+        UPDATE ordered_jobs AS j SET head = true
+        WHERE j.id = ANY (v_rest) AND NOT j.head AND j.status IN ('queued', 'running', 'blocked');
     END IF;
     IF v_cont IS NOT NULL THEN
         PERFORM ordered_gaps_sync(v_cont);
