@@ -80,7 +80,9 @@ BEGIN
         LEFT JOIN unnest(v_cont_keys, v_cont_next) AS c(key, next_seq) ON c.key = k.key
         WHERE c.key IS NULL OR lowest.seq <= c.next_seq))
       AND NOT j.head
-      AND j.status IN ('queued', 'running', 'blocked');
+      -- Open, checked again on a row that an overlapping settlement closed while this waited
+      -- for it; written as not closed, so that only the primary key serves this update.
+      AND j.status NOT IN ('done', 'failed');
 
     IF v_cont_keys IS NOT NULL THEN
         PERFORM ordered_gaps_sync(v_cont_keys);

@@ -106,7 +106,9 @@ BEGIN
         -- One update makes them heads and does the claim's update (ordered_jobs_claim) too.
         -- The lease starts now, not at the start of the statement: it may have waited for a
         -- key. The conditions are checked again on a row that changed during a wait for it
-        -- (another settlement of the key may have claimed or closed it meanwhile).
+        -- (another settlement of the key may have claimed or closed it meanwhile); "queued"
+        -- is written as what it is not, so that no partial index's predicate follows from it
+        -- and only the primary key can serve the update (see the completion's update above).
         RETURN QUERY
         WITH claimed AS (
             UPDATE ordered_jobs AS j
@@ -117,7 +119,8 @@ BEGIN
                 claimed_by = nullif(current_setting('application_name'), ''),
                 lease_until = clock_timestamp() + p_lease,
                 attempted_at = clock_timestamp()
-            WHERE j.id = ANY (v_claim) AND NOT j.head AND j.status = 'queued'
+            WHERE j.id = ANY (v_claim) AND NOT j.head
+              AND j.status NOT IN ('running', 'blocked', 'done', 'failed')
             RETURNING j.*
         )
         SELECT false, p.id, p.key, p.seq, p.kind, p.payload, p.attempts, p.max_attempts,
@@ -126,11 +129,12 @@ BEGIN
         FROM claimed AS p;
     END IF;
     -- The next heads not claimed (not due, blocked, or past p_next_limit) become heads only;
-    -- never one that an overlapping settlement of its key closed while this waited for it.
+    -- never one that an overlapping settlement of its key closed while this waited for it
+    -- (open written as not closed, for the reason above).
     v_rest := ARRAY(SELECT unnest(v_next) EXCEPT SELECT unnest(v_claim));
     IF cardinality(v_rest) > 0 THEN
         UPDATE ordered_jobs AS j SET head = true
-        WHERE j.id = ANY (v_rest) AND NOT j.head AND j.status IN ('queued', 'running', 'blocked');
+        WHERE j.id = ANY (v_rest) AND NOT j.head AND j.status NOT IN ('done', 'failed');
     END IF;
     IF v_cont IS NOT NULL THEN
         PERFORM ordered_gaps_sync(v_cont);
