@@ -496,16 +496,11 @@ func TestClaimBatchWaitsForASingleClaim(t *testing.T) {
 func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ids := b.enqueue(t, "k", 1, 2, 3, 4, 5)
-	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
-	require.NoError(t, err)
-	require.Len(t, batches, 1)
-	stale := batches[0]
-	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqsOf(stale))
+	ids, stale := b.claimFiveInABatch(t, "k")
 
 	// Job 1's lease runs out alone (its renewal lost the race with a recovery), and another
 	// worker recovers it; the batch's worker still holds 2 to 5.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, ids[0])
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, ids[0])
 	require.NoError(t, err)
 	other := b.newClient(t, nil)
 	recovered, err := other.ClaimBatch(b.ctx, 1, 5)
@@ -525,38 +520,10 @@ func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 		[]int64{ids[0], ids[1], ids[2]}, []int64{stale[0].ClaimVersion, stale[1].ClaimVersion, stale[2].ClaimVersion}).Scan(&completed))
 	require.Equal(t, 2, completed)
 
-	owner, err := b.pool.Acquire(b.ctx)
-	require.NoError(t, err)
-	defer owner.Release()
-	var ownerPID int
-	require.NoError(t, owner.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&ownerPID))
-	ownerDone := make(chan error, 1)
-	go func() {
-		var n int
-		err := owner.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
-			FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`,
-			[]int64{ids[0]}, []int64{recovered[0][0].ClaimVersion}).Scan(&n)
-		if err == nil && n != 1 {
-			err = fmt.Errorf("the recovered claim of job 1 completed %d jobs", n)
-		}
-		ownerDone <- err
-	}()
-	waitFor(t, 10*time.Second, "the new owner's completion waiting for the settler's rows", func() bool {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(wait_event_type = 'Lock', false)
-			FROM pg_stat_activity WHERE pid = $1`, ownerPID).Scan(&waiting))
-		return waiting
-	})
+	ownerDone := b.completeBehindALock(t, []*ordered.Job{recovered[0][0]})
 	require.NoError(t, settler.Commit(b.ctx))
-	require.NoError(t, <-ownerDone)
-
-	var closedHeads []int64
-	rows, err := b.pool.Query(b.ctx, `SELECT seq FROM ordered_jobs WHERE key = 'k' AND head
-		AND status NOT IN ('queued', 'running', 'blocked') ORDER BY seq`)
-	require.NoError(t, err)
-	closedHeads, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	require.Empty(t, closedHeads, "a closed job is its key's head")
+	require.Equal(t, 1, <-ownerDone, "the recovered claim of job 1 was not completed")
+	require.Empty(t, b.closedHeads(t, "k"), "a closed job is its key's head")
 	require.Equal(t, []string{"1:done:2", "2:done:1", "3:done:1", "4:running:1", "5:queued:0"}, b.jobsOf(t, "k"))
 
 	// The batch's worker, its claim of 1 lost, drops job 4; its lease runs out, and the key
@@ -584,12 +551,7 @@ func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ids := b.enqueue(t, "k", 1, 2, 3, 4, 5)
-	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
-	require.NoError(t, err)
-	require.Len(t, batches, 1)
-	batch := batches[0]
-	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqsOf(batch))
+	ids, batch := b.claimFiveInABatch(t, "k")
 
 	failer, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
@@ -599,37 +561,10 @@ func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
 		ids[2], batch[2].ClaimVersion).Scan(&failed))
 	require.True(t, failed)
 
-	completer, err := b.pool.Acquire(b.ctx)
-	require.NoError(t, err)
-	defer completer.Release()
-	var completerPID int
-	require.NoError(t, completer.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&completerPID))
-	completed := make(chan error, 1)
-	go func() {
-		var n int
-		err := completer.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
-			FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`,
-			[]int64{ids[0], ids[1]}, []int64{batch[0].ClaimVersion, batch[1].ClaimVersion}).Scan(&n)
-		if err == nil && n != 2 {
-			err = fmt.Errorf("the completion completed %d jobs of 2", n)
-		}
-		completed <- err
-	}()
-	waitFor(t, 10*time.Second, "the completion waiting for the failure's rows", func() bool {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(wait_event_type = 'Lock', false)
-			FROM pg_stat_activity WHERE pid = $1`, completerPID).Scan(&waiting))
-		return waiting
-	})
+	completed := b.completeBehindALock(t, batch[:2])
 	require.NoError(t, failer.Commit(b.ctx))
-	require.NoError(t, <-completed)
-
-	rows, err := b.pool.Query(b.ctx, `SELECT seq FROM ordered_jobs WHERE key = 'k' AND head
-		AND status NOT IN ('queued', 'running', 'blocked') ORDER BY seq`)
-	require.NoError(t, err)
-	closedHeads, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	require.Empty(t, closedHeads, "a closed job is its key's head")
+	require.Equal(t, 2, <-completed, "the completion did not complete jobs 1 and 2")
+	require.Empty(t, b.closedHeads(t, "k"), "a closed job is its key's head")
 	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
 
 	// The batch's worker crashes; the key goes on with 4, then 5, each recovered alone.
@@ -645,4 +580,58 @@ func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
 		require.Empty(t, lost)
 	}
 	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:done:2", "5:done:2"}, b.jobsOf(t, "k"))
+}
+
+// completeBehindALock completes the claims of jobs through ordered_jobs_complete_batch on a
+// connection of its own, and returns once that statement waits for a lock that another
+// transaction of the test holds, with the channel that will receive how many it completed.
+func (b *testBundle) completeBehindALock(t *testing.T, jobs []*ordered.Job) <-chan int {
+	t.Helper()
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	var pid int
+	require.NoError(t, conn.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+	ids, versions := make([]int64, len(jobs)), make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i], versions[i] = j.ID, j.ClaimVersion
+	}
+	done := make(chan int, 1)
+	go func() {
+		n := -1
+		if err := conn.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
+			FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`, ids, versions).Scan(&n); err != nil {
+			t.Errorf("completion: %v", err)
+		}
+		done <- n
+	}()
+	waitFor(t, 10*time.Second, "the completion waiting for a lock", func() bool {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(wait_event_type = 'Lock', false)
+			FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+		return waiting
+	})
+	return done
+}
+
+// closedHeads returns the seqs of key's closed (done or failed) jobs that are marked its head.
+func (b *testBundle) closedHeads(t *testing.T, key string) []int64 {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT seq FROM ordered_jobs WHERE key = $1 AND head
+		AND status NOT IN ('queued', 'running', 'blocked') ORDER BY seq`, key)
+	require.NoError(t, err)
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return seqs
+}
+
+// claimFiveInABatch enqueues seqs 1 to 5 of key and claims them, all in one batch.
+func (b *testBundle) claimFiveInABatch(t *testing.T, key string) (ids []int64, batch []*ordered.Job) {
+	t.Helper()
+	ids = b.enqueue(t, key, 1, 2, 3, 4, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqsOf(batches[0]))
+	return ids, batches[0]
 }
