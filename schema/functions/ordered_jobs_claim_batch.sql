@@ -1,7 +1,7 @@
 -- ordered_jobs_claim_batch is the claim of a batch worker: up to p_limit heads, claimed and
 -- recovered exactly as ordered_jobs_claim does, each head that was not recovered followed by
--- up to p_batch - 1 of its key's next jobs (ordered_jobs_extend), all leased for p_lease. Rows come key by key, in seq
--- order, a batch's head first.
+-- up to p_batch - 1 of its key's next jobs (ordered_jobs_extend), all leased for p_lease.
+-- Rows come key by key, in seq order, a batch's head first.
 --
 -- A head is extended only if its key row can be locked FOR SHARE at once: that shuts out the
 -- key's enqueues until this commits, and the extension reads the key's jobs with a snapshot

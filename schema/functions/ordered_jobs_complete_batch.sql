@@ -5,10 +5,11 @@
 -- batch (ordered_jobs_extend), then, if fewer, other ready heads as ordered_jobs_claim_batch
 -- claims them, so that a worker whose key ran dry goes on with another without a claim
 -- statement of its own. A next head left running by a crashed batch, its lease expired, is
--- not a queued head: only that trailing claim takes it, recovered and alone. ordered_jobs_complete holds the completed keys' rows FOR SHARE from
--- its start, so their extension sees every enqueue of those keys that committed; the other
--- keys are locked without waiting, as ordered_jobs_claim_batch does. Rows as
--- ordered_jobs_complete's: the completed claims, then the claimed jobs.
+-- not a queued head: only that trailing claim takes it, recovered and alone.
+-- ordered_jobs_complete holds the completed keys' rows FOR SHARE from its start, so their
+-- extension sees every enqueue of those keys that committed; the other keys are locked
+-- without waiting, as ordered_jobs_claim_batch does. Rows as ordered_jobs_complete's: the
+-- completed claims, then the claimed jobs.
 CREATE OR REPLACE FUNCTION ordered_jobs_complete_batch(p_ids bigint[], p_versions bigint[],
                                                        p_next_limit integer, p_batch integer,
                                                        p_lease interval)
