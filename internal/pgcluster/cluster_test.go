@@ -116,7 +116,9 @@ func TestClusterMissingBinaries(t *testing.T) {
 
 // A synchronous standby has every commit the primary acknowledged; killed, the primary is
 // gone at once; promoted, the standby takes writes on its own port, where a multi-host URL
-// finds it. Closing both leaves nothing behind.
+// finds it, and holds the acknowledged commit (a synchronous commit waits for the standby's
+// flush, not its replay, so it is asked for only once the promotion has replayed it all).
+// Closing both leaves nothing behind.
 func TestStandbySynchronousPromoteAfterKill(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -143,10 +145,10 @@ func TestStandbySynchronousPromoteAfterKill(t *testing.T) {
 	// The standby answers reads and refuses writes; the multi-host URL skips it.
 	sconn, err := pgx.Connect(ctx, standby.URL())
 	require.NoError(t, err)
-	var v int
-	require.NoError(t, sconn.QueryRow(ctx, `SELECT v FROM kept`).Scan(&v), "the acknowledged commit is not on the standby")
-	require.Equal(t, 42, v)
-	_, err = sconn.Exec(ctx, `INSERT INTO kept VALUES (1)`)
+	var inRecovery bool
+	require.NoError(t, sconn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery))
+	require.True(t, inRecovery)
+	_, err = sconn.Exec(ctx, `CREATE TABLE refused (v int)`)
 	require.ErrorContains(t, err, "25006")
 	require.NoError(t, sconn.Close(ctx))
 	both := pgcluster.MultiHostURL(standby, primary)
@@ -162,6 +164,9 @@ func TestStandbySynchronousPromoteAfterKill(t *testing.T) {
 	sconn, err = pgx.Connect(ctx, standby.URL())
 	require.NoError(t, err)
 	defer sconn.Close(ctx)
+	var v int
+	require.NoError(t, sconn.QueryRow(ctx, `SELECT v FROM kept`).Scan(&v), "the acknowledged commit is not on the promoted standby")
+	require.Equal(t, 42, v)
 	_, err = sconn.Exec(ctx, `INSERT INTO kept VALUES (43)`)
 	require.NoError(t, err, "the promoted standby refuses writes")
 	require.Error(t, standby.Promote(ctx), "a promoted standby is promoted again")
