@@ -65,11 +65,12 @@ func (c *Client) NewBatchWorker(h BatchHandlerFunc, cfg *WorkerConfig) (*Worker,
 
 // ClaimBatch claims up to limit batches of up to size jobs each, leased for Config.Lease: each
 // a ready head of its key followed by that key's next jobs in seq order, as far as they are
-// ready, unlocked and, on a contiguous key, without a hole in their seqs; or a job whose
-// worker's lease expired (the key's lowest open job) alone, so that a job that crashes its
-// worker spends only its own attempts. Settle a batch's finished prefix with
-// CompleteMany, a failed job with Retry or Fail, and the rest with ReleaseBatch. No batch is
-// not an error.
+// ready and, on a contiguous key, without a hole in their seqs; or a job whose worker's lease
+// expired (the key's lowest open job) alone, so that a job that crashes its worker spends
+// only its own attempts. The later jobs of a batch are claimed through its first: give back
+// the rest with ReleaseBatch, complete the finished prefix with CompleteMany (a prefix from
+// the batch's first job), and only then settle the failed job after it with Retry or Fail
+// (settled alone before that, its claim reads as lost). No batch is not an error.
 func (c *Client) ClaimBatch(ctx context.Context, limit, size int) ([][]*Job, error) {
 	switch {
 	case limit < 1:

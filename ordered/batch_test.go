@@ -105,14 +105,18 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 	require.Len(t, batches, 1)
 	batch := batches[0]
 
+	// The batch is claimed through its first job: the only one written, it holds the lease.
+	require.Equal(t, []string{"1:running:1", "2:queued:0", "3:queued:0", "4:queued:0", "5:queued:0"}, b.jobsOf(t, "k"))
 	var before time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT max(lease_until) FROM ordered_jobs`).Scan(&before))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT lease_until FROM ordered_jobs WHERE id = $1 AND batch_to = 5`,
+		batch[0].ID).Scan(&before))
+	for _, j := range batch {
+		require.True(t, before.Equal(j.LeaseUntil), "job %d: one lease", j.Seq)
+	}
 	require.NoError(t, b.client.RenewBatch(b.ctx, batch))
-	var renewed, distinct int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE lease_until > $1),
-		count(DISTINCT lease_until) FROM ordered_jobs`, before).Scan(&renewed, &distinct))
-	require.Equal(t, 5, renewed)
-	require.Equal(t, 1, distinct, "one lease")
+	var renewed int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE lease_until > $1`, before).Scan(&renewed))
+	require.Equal(t, 1, renewed)
 
 	// Job 3 fails: 1 and 2 done, 3 retried, 4 and 5 back unrun.
 	require.NoError(t, b.client.ReleaseBatch(b.ctx, batch[3:]))
@@ -390,13 +394,13 @@ func TestBatchProcessKilledMidBatch(t *testing.T) {
 		switch {
 		case s <= 10:
 			want = append(want, fmt.Sprintf("%d:done:1", s))
-		case s <= 15:
+		case s == 11:
 			want = append(want, fmt.Sprintf("%d:running:1", s))
 		default:
 			want = append(want, fmt.Sprintf("%d:queued:0", s))
 		}
 	}
-	require.Equal(t, want, b.jobsOf(t, "k"), "A's batches of 5: two completed, the third running")
+	require.Equal(t, want, b.jobsOf(t, "k"), "A's batches of 5: two completed, the third running, claimed through its first job")
 	a.kill(t)
 
 	cfgB := cfg
@@ -445,10 +449,10 @@ func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
 		var n int
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
 			WHERE status = 'running' AND clock_timestamp() > attempted_at + 3 * $1::interval
-			AND lease_until > clock_timestamp()`, lease).Scan(&n))
-		return n == 3
+			AND lease_until > clock_timestamp() AND batch_to = 3`, lease).Scan(&n))
+		return n == 1
 	})
-	require.Equal(t, []string{"1:running:1", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"))
+	require.Equal(t, []string{"1:running:1", "2:queued:0", "3:queued:0"}, b.jobsOf(t, "k"), "the batch is claimed through its first job")
 
 	// The lease runs out (as if renewals had failed) and another client takes the batch over.
 	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
@@ -464,7 +468,8 @@ func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler's context was not cancelled")
 	}
-	require.Equal(t, []string{"1:running:2", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"), "the stale batch settled something")
+	require.Equal(t, []string{"1:running:2", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"),
+		"the stale batch settled something, or its recovery did not mark its later jobs as claimed")
 	lost, err := other.CompleteMany(b.ctx, batches[0])
 	require.NoError(t, err)
 	require.Empty(t, lost)
@@ -488,18 +493,16 @@ func TestClaimBatchWaitsForASingleClaim(t *testing.T) {
 	require.Equal(t, []int64{2, 3}, seqsOf(batches[0]))
 }
 
-// Two settlements of one key can overlap: a batch whose first job was recovered by another
-// worker while its own worker still held the rest settles the rest while the new owner
-// completes the first job. The one that waits for the other's rows must not then make a job
-// that the other closed its key's head: the key's next job must still be found, recovered
-// once its lease expires, and the key go on, new events included.
+// A batch's lease runs out and another worker recovers its first job while the batch's worker
+// still holds the rest: the recovery marks the later jobs as the crashed claim left them
+// (running, leased until the batch's lease ended), so the stale worker's settlements of any of
+// them are refused, no closed job is left the key's head, and the key goes on in order, each
+// later job recovered alone.
 func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ids, stale := b.claimFiveInABatch(t, "k")
 
-	// Job 1's lease runs out alone (its renewal lost the race with a recovery), and another
-	// worker recovers it; the batch's worker still holds 2 to 5.
 	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, ids[0])
 	require.NoError(t, err)
 	other := b.newClient(t, nil)
@@ -507,30 +510,23 @@ func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, recovered, 1)
 	require.Equal(t, []int64{1}, seqsOf(recovered[0]))
+	require.Equal(t, []string{"1:running:2", "2:running:1", "3:running:1", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
 
-	// The batch's worker settles: 5 given back, 1 to 3 completed (1's claim is lost), in a
-	// transaction held open while the new owner completes job 1 and waits for its rows.
-	require.NoError(t, b.client.ReleaseBatch(b.ctx, stale[4:]))
-	settler, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer settler.Rollback(b.ctx) //nolint:errcheck
+	// The batch's worker settles: 5 given back, 1 to 3 completed. Nothing of it is taken.
+	require.ErrorIs(t, b.client.ReleaseBatch(b.ctx, stale[4:]), ordered.ErrLeaseLost)
 	var completed int
-	require.NoError(t, settler.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
 		FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`,
 		[]int64{ids[0], ids[1], ids[2]}, []int64{stale[0].ClaimVersion, stale[1].ClaimVersion, stale[2].ClaimVersion}).Scan(&completed))
-	require.Equal(t, 2, completed)
-
-	ownerDone := b.completeBehindALock(t, []*ordered.Job{recovered[0][0]})
-	require.NoError(t, settler.Commit(b.ctx))
-	require.Equal(t, 1, <-ownerDone, "the recovered claim of job 1 was not completed")
-	require.Empty(t, b.closedHeads(t, "k"), "a closed job is its key's head")
-	require.Equal(t, []string{"1:done:2", "2:done:1", "3:done:1", "4:running:1", "5:queued:0"}, b.jobsOf(t, "k"))
-
-	// The batch's worker, its claim of 1 lost, drops job 4; its lease runs out, and the key
-	// goes on: 4 recovered, then 5, then an event enqueued after.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	require.Zero(t, completed, "the stale batch completed something")
+	lost, err := other.CompleteMany(b.ctx, recovered[0])
 	require.NoError(t, err)
-	for _, seq := range []int64{4, 5, 6} {
+	require.Empty(t, lost)
+	require.Empty(t, b.closedHeads(t, "k"), "a closed job is its key's head")
+
+	// The later jobs' leases are the crashed batch's, expired: the key goes on with 2, 3, 4
+	// and 5 recovered in turn, then an event enqueued after.
+	for _, seq := range []int64{2, 3, 4, 5, 6} {
 		if seq == 6 {
 			b.enqueue(t, "k", 6)
 		}
@@ -541,77 +537,45 @@ func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 		lost, err := other.CompleteMany(b.ctx, batches[0])
 		require.NoError(t, err)
 		require.Empty(t, lost)
+		require.Empty(t, b.closedHeads(t, "k"), "a closed job is its key's head")
 	}
-	require.Equal(t, []string{"1:done:2", "2:done:1", "3:done:1", "4:done:2", "5:done:1", "6:done:1"}, b.jobsOf(t, "k"))
+	require.Equal(t, []string{"1:done:2", "2:done:2", "3:done:2", "4:done:2", "5:done:2", "6:done:1"}, b.jobsOf(t, "k"))
 }
 
-// The same with a failure: a batch's third job is failed for good (the key moves on) while its
-// first two are completed, the failure's transaction open while the completion waits for it.
-// The failed job must not become the head; the batch's later jobs are recovered in order.
+// A later job of a batch is settled alone only once the batch has handed it its claim: a
+// failure of it out of turn (while the batch's first job runs) is refused; once the jobs
+// before it are completed it is the running head, its failure for good moves the key on with
+// no closed head, and the batch's claim ends with it, so its jobs after are claimed afresh.
 func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ids, batch := b.claimFiveInABatch(t, "k")
 
-	failer, err := b.pool.Begin(b.ctx)
-	require.NoError(t, err)
-	defer failer.Rollback(b.ctx) //nolint:errcheck
 	var failed bool
-	require.NoError(t, failer.QueryRow(b.ctx, `SELECT ordered_job_fail($1, $2, 'boom', false, false)`,
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT ordered_job_fail($1, $2, 'boom', false, false)`,
+		ids[2], batch[2].ClaimVersion).Scan(&failed))
+	require.False(t, failed, "a later job of a batch failed out of turn")
+
+	lost, err := b.client.CompleteMany(b.ctx, batch[:2])
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:running:1", "4:queued:0", "5:queued:0"}, b.jobsOf(t, "k"))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT ordered_job_fail($1, $2, 'boom', false, false)`,
 		ids[2], batch[2].ClaimVersion).Scan(&failed))
 	require.True(t, failed)
-
-	completed := b.completeBehindALock(t, batch[:2])
-	require.NoError(t, failer.Commit(b.ctx))
-	require.Equal(t, 2, <-completed, "the completion did not complete jobs 1 and 2")
 	require.Empty(t, b.closedHeads(t, "k"), "a closed job is its key's head")
-	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
 
-	// The batch's worker crashes; the key goes on with 4, then 5, each recovered alone.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	lost, err = b.client.CompleteMany(b.ctx, batch[3:])
 	require.NoError(t, err)
-	for _, seq := range []int64{4, 5} {
-		batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
-		require.NoError(t, err)
-		require.Len(t, batches, 1, "the key is stuck before seq %d", seq)
-		require.Equal(t, []int64{seq}, seqsOf(batches[0]))
-		lost, err := b.client.CompleteMany(b.ctx, batches[0])
-		require.NoError(t, err)
-		require.Empty(t, lost)
-	}
-	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:done:2", "5:done:2"}, b.jobsOf(t, "k"))
-}
-
-// completeBehindALock completes the claims of jobs through ordered_jobs_complete_batch on a
-// connection of its own, and returns once that statement waits for a lock that another
-// transaction of the test holds, with the channel that will receive how many it completed.
-func (b *testBundle) completeBehindALock(t *testing.T, jobs []*ordered.Job) <-chan int {
-	t.Helper()
-	conn, err := b.pool.Acquire(b.ctx)
+	require.Len(t, lost, 2, "the batch's claim outlived its running head")
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
 	require.NoError(t, err)
-	t.Cleanup(conn.Release)
-	var pid int
-	require.NoError(t, conn.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-	ids, versions := make([]int64, len(jobs)), make([]int64, len(jobs))
-	for i, j := range jobs {
-		ids[i], versions[i] = j.ID, j.ClaimVersion
-	}
-	done := make(chan int, 1)
-	go func() {
-		n := -1
-		if err := conn.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE completed)
-			FROM ordered_jobs_complete_batch($1, $2, 0, 5, '1 hour')`, ids, versions).Scan(&n); err != nil {
-			t.Errorf("completion: %v", err)
-		}
-		done <- n
-	}()
-	waitFor(t, 10*time.Second, "the completion waiting for a lock", func() bool {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(wait_event_type = 'Lock', false)
-			FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
-		return waiting
-	})
-	return done
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{4, 5}, seqsOf(batches[0]))
+	lost, err = b.client.CompleteMany(b.ctx, batches[0])
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:done:1", "5:done:1"}, b.jobsOf(t, "k"))
 }
 
 // closedHeads returns the seqs of key's closed (done or failed) jobs that are marked its head.

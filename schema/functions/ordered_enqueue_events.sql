@@ -304,11 +304,13 @@ BEGIN
 
         -- Late: a later job of the key finished, or the first later open job has started (jobs
         -- start in seq order, so if that one has not, no later open job has). attempted_at, not
-        -- attempts, marks a start: a replay resets the attempts of a job that did run. Checked
+        -- attempts, marks a start: a replay resets the attempts of a job that did run. A job
+        -- that a running batch covers (up to its head's batch_to) may have started too. Checked
         -- for each key's lowest new event, which is late if any new event of the key is. Every
         -- new event is above its key's archived history (the others are marked above).
         SELECT b.key, b.seq,
                coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
+                                              OR open.seq <= batch.batch_to
                                          THEN open.seq END) AS later_seq
         INTO v_late
         FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
@@ -325,7 +327,13 @@ BEGIN
             WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
             ORDER BY j.seq LIMIT 1
         ) AS open ON true
+        LEFT JOIN LATERAL (
+            SELECT h.batch_to FROM ordered_jobs AS h
+            WHERE h.key = b.key AND h.head AND h.status = 'running' AND h.batch_to > b.seq
+            LIMIT 1
+        ) AS batch ON true
         WHERE closed.seq IS NOT NULL OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
+           OR open.seq <= batch.batch_to
         ORDER BY b.ord
         LIMIT 1;
         IF FOUND THEN

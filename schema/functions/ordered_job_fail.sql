@@ -8,6 +8,10 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_key text;
+    v_seq bigint;
+    v_batch_to bigint;
+    v_attempted_at timestamptz;
+    v_claimed_by text;
 BEGIN
     SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
     IF v_key IS NULL THEN
@@ -20,10 +24,14 @@ BEGIN
     WHERE id = p_id AND claim_version = p_version AND status = 'running'
       AND CASE WHEN p_expired
                THEN lease_until <= clock_timestamp() AND attempts >= max_attempts
-               ELSE lease_until > clock_timestamp() END;
+               ELSE lease_until > clock_timestamp() END
+    RETURNING seq, batch_to, attempted_at, claimed_by INTO v_seq, v_batch_to, v_attempted_at, v_claimed_by;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- The batch it led, if any, ends with it (as its recovery would end a crashed one).
+    PERFORM ordered_batch_end(v_key, v_seq, v_batch_to, p_expired, clock_timestamp(),
+                              v_attempted_at, v_claimed_by);
     IF NOT p_block THEN
         PERFORM ordered_heads_refresh(ARRAY[v_key]);
     END IF;

@@ -1,6 +1,7 @@
 -- ordered_job_replay queues a failed job again with its attempts reset. If a later job of its
 -- key has already started, the replay would run out of order: it raises ORD02 unless p_force.
--- It always raises ORD03 while a later job of the key is running. ORD04: no such failed job.
+-- It always raises ORD03 while a later job of the key is running, or is held by a running
+-- batch (a running head's batch_to above this job). ORD04: no such failed job.
 -- It locks the key's first later open job before it checks the later jobs, so that a claim or
 -- retry (which do not wait for the key row) cannot change that job between the checks and the
 -- move of the head.
@@ -24,7 +25,9 @@ BEGIN
     FOR NO KEY UPDATE OF j;
     IF EXISTS (SELECT 1 FROM ordered_jobs
                WHERE key = v_key AND seq > v_seq AND status IN ('queued', 'running', 'blocked')
-                 AND status = 'running') THEN
+                 AND status = 'running')
+       OR EXISTS (SELECT 1 FROM ordered_jobs
+                  WHERE key = v_key AND head AND status = 'running' AND batch_to > v_seq) THEN
         RAISE EXCEPTION 'ordered: job % cannot be replayed while a later job of key % is running',
             p_id, v_key USING ERRCODE = 'ORD03';
     END IF;

@@ -22,7 +22,32 @@ SET enable_seqscan = off
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_ended bigint;
 BEGIN
+    -- A batch whose lease expired ends first: its later jobs are marked as its claim would have
+    -- left them (ordered_batch_end), so that each is recovered alone in its turn and the crashed
+    -- worker's claims of them are fenced; its head, no longer leading a batch, is recovered
+    -- below as any job. Expired leases are few, so the probe costs one index entry or so.
+    IF EXISTS (SELECT 1 FROM ordered_jobs AS j
+               WHERE j.status = 'running' AND j.lease_until <= statement_timestamp()
+                 AND j.batch_to IS NOT NULL) THEN
+        WITH crashed AS (
+            SELECT j.id, j.key, j.seq, j.batch_to, j.lease_until, j.attempted_at, j.claimed_by
+            FROM ordered_jobs AS j
+            WHERE j.status = 'running' AND j.lease_until <= statement_timestamp()
+              AND j.batch_to IS NOT NULL
+            FOR UPDATE SKIP LOCKED
+        ), unbatched AS (
+            UPDATE ordered_jobs AS j SET batch_to = NULL
+            FROM crashed AS c WHERE j.id = c.id
+        )
+        SELECT count(*) INTO v_ended
+        FROM crashed AS c
+        CROSS JOIN LATERAL (SELECT ordered_batch_end(c.key, c.seq, c.batch_to, true, c.lease_until,
+                                                     c.attempted_at, c.claimed_by)) AS ended;
+    END IF;
+
     RETURN QUERY
     WITH recovered AS (
         SELECT j.id
@@ -64,6 +89,7 @@ BEGIN
             claim_version = j.claim_version + 1,
             claimed_by = nullif(current_setting('application_name'), ''),
             lease_until = statement_timestamp() + p_lease,
+            batch_to = NULL,
             -- Read after the statement's snapshot, so a claim is never stamped before the
             -- completion it saw (the statement may have begun before that one committed).
             attempted_at = clock_timestamp()

@@ -31,6 +31,14 @@ DECLARE
     v_claim bigint[];
     v_rest bigint[];
     v_cont text[];
+    v_bkeys text[];
+    v_bseqs bigint[];
+    v_btos bigint[];
+    v_bleases timestamptz[];
+    v_battempted timestamptz[];
+    v_bclaimed text[];
+    v_bstops bigint[];
+    v_hand bigint[];
 BEGIN
     -- Key rows first and in key order, as one enqueue call locks them, so the two do not
     -- deadlock (a transaction that enqueues to several keys out of key order can; the worker
@@ -62,29 +70,77 @@ BEGIN
         WHERE j.id = ANY (p_ids)
           AND (v_versions ->> j.id::text)::bigint = j.claim_version
           AND j.lease_until > clock_timestamp()
-        RETURNING j.id, j.key, j.claim_version
+        RETURNING j.id, j.key, j.seq, j.claim_version, j.batch_to, j.attempted_at, j.claimed_by,
+                  -- the batch's lease, as this statement's snapshot has it, for its hand-over
+                  CASE WHEN j.batch_to IS NOT NULL
+                       THEN (SELECT o.lease_until FROM ordered_jobs AS o WHERE o.id = j.id) END AS lease_until
     )
-    SELECT array_agg(d.id), array_agg(d.claim_version), array_agg(DISTINCT d.key)
-    INTO v_done, v_done_versions, v_keys
+    SELECT array_agg(d.id), array_agg(d.claim_version), array_agg(DISTINCT d.key),
+           array_agg(d.key) FILTER (WHERE d.batch_to > d.seq),
+           array_agg(d.seq) FILTER (WHERE d.batch_to > d.seq),
+           array_agg(d.batch_to) FILTER (WHERE d.batch_to > d.seq),
+           array_agg(d.lease_until) FILTER (WHERE d.batch_to > d.seq),
+           array_agg(d.attempted_at) FILTER (WHERE d.batch_to > d.seq),
+           array_agg(d.claimed_by) FILTER (WHERE d.batch_to > d.seq)
+    INTO v_done, v_done_versions, v_keys, v_bkeys, v_bseqs, v_btos, v_bleases, v_battempted, v_bclaimed
     FROM done AS d;
     IF v_done IS NULL THEN
         RETURN;
     END IF;
 
-    -- Each completed job was its key's head (a running job always is), so the key's next
-    -- head is now its lowest open job, found per key through ordered_jobs_open. The due ones,
-    -- oldest first, up to p_next_limit, are claimed.
+    -- The later jobs of the batches led by the jobs just completed, still queued: claimed
+    -- through their head (ordered_jobs_extend), at the version the claim returned, and only
+    -- as a prefix: a batch's jobs above the first of its open jobs that this call does not
+    -- complete stay as they are (one walk of the batch's entries of ordered_jobs_open each).
+    IF v_bkeys IS NOT NULL THEN
+        v_bstops := ARRAY(
+            SELECT (SELECT min(o.seq) FROM ordered_jobs AS o
+                    WHERE o.key = b.key AND o.status IN ('queued', 'running', 'blocked')
+                      AND o.seq > b.seq AND o.seq <= b.batch_to
+                      AND NOT (o.id = ANY (p_ids)
+                               AND (v_versions ->> o.id::text)::bigint = o.claim_version + 1))
+            FROM unnest(v_bkeys, v_bseqs, v_btos) WITH ORDINALITY AS b(key, seq, batch_to, ord)
+            ORDER BY b.ord);
+        WITH done AS (
+            UPDATE ordered_jobs AS j
+            SET status = 'done', head = false, finished_at = clock_timestamp(),
+                attempts = j.attempts + 1, claim_version = j.claim_version + 1,
+                attempted_at = b.attempted_at, claimed_by = b.claimed_by
+            FROM unnest(v_bkeys, v_bseqs, v_btos, v_battempted, v_bclaimed, v_bstops)
+                     AS b(key, seq, batch_to, attempted_at, claimed_by, stop)
+            WHERE j.id = ANY (p_ids)
+              AND (v_versions ->> j.id::text)::bigint = j.claim_version + 1
+              AND j.key = b.key AND j.seq > b.seq AND j.seq <= b.batch_to
+              AND (b.stop IS NULL OR j.seq < b.stop)
+              AND j.status NOT IN ('running', 'blocked', 'done', 'failed') AND NOT j.head
+            RETURNING j.id, j.claim_version
+        )
+        SELECT v_done || coalesce(array_agg(d.id), '{}'), v_done_versions || coalesce(array_agg(d.claim_version), '{}')
+        INTO v_done, v_done_versions
+        FROM done AS d;
+    END IF;
+
+    -- Each completed job led its key (a running job always does, alone or at the head of a
+    -- batch), so the key's next head is now its lowest open job, found per key through
+    -- ordered_jobs_open. One that the batch of a completed job still covers is handed that
+    -- batch's claim; of the others, the due ones, oldest first, up to p_next_limit, are
+    -- claimed.
     SELECT array_agg(n.id),
            (array_agg(n.id ORDER BY n.available_at, n.id)
-                FILTER (WHERE n.status = 'queued' AND n.available_at <= statement_timestamp()))
-               [1:greatest(p_next_limit, 0)]
-    INTO v_next, v_claim
+                FILTER (WHERE n.status = 'queued' AND n.available_at <= statement_timestamp()
+                          AND b.key IS NULL))
+               [1:greatest(p_next_limit, 0)],
+           array_agg(n.id) FILTER (WHERE b.key IS NOT NULL)
+    INTO v_next, v_claim, v_hand
     FROM unnest(v_keys) AS k(key)
     CROSS JOIN LATERAL (
         SELECT o.id, o.seq, o.status, o.available_at FROM ordered_jobs AS o
         WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
         ORDER BY o.seq LIMIT 1) AS n
     LEFT JOIN unnest(v_cont) AS c(key) ON c.key = k.key
+    LEFT JOIN unnest(v_bkeys, v_btos) AS b(key, batch_to)
+           ON b.key = k.key AND n.seq <= b.batch_to AND n.status = 'queued'
+              AND n.available_at <= statement_timestamp()
     WHERE c.key IS NULL OR n.seq <= ordered_key_next_seq(k.key);
 
     RETURN QUERY SELECT true, d.id, NULL::text, NULL::bigint, NULL::text, NULL::jsonb,
@@ -97,6 +153,24 @@ BEGIN
             PERFORM ordered_gaps_sync(v_cont);
         END IF;
         RETURN;
+    END IF;
+    -- The rest of a batch goes on under its claim: its next job becomes the running head,
+    -- leased until the batch's lease ends, at the version its claim returned, and leads what
+    -- the batch still covers.
+    IF v_hand IS NOT NULL THEN
+        UPDATE ordered_jobs AS j
+        SET head = true,
+            status = 'running',
+            attempts = j.attempts + 1,
+            claim_version = j.claim_version + 1,
+            claimed_by = b.claimed_by,
+            lease_until = b.lease_until,
+            attempted_at = b.attempted_at,
+            batch_to = b.batch_to
+        FROM unnest(v_bkeys, v_btos, v_bleases, v_battempted, v_bclaimed)
+                 AS b(key, batch_to, lease_until, attempted_at, claimed_by)
+        WHERE j.id = ANY (v_hand) AND j.key = b.key AND NOT j.head
+          AND j.status NOT IN ('running', 'blocked', 'done', 'failed');
     END IF;
     v_claim := coalesce(v_claim, '{}');
     IF cardinality(v_claim) > 0 THEN
@@ -118,7 +192,8 @@ BEGIN
                 claim_version = j.claim_version + 1,
                 claimed_by = nullif(current_setting('application_name'), ''),
                 lease_until = clock_timestamp() + p_lease,
-                attempted_at = clock_timestamp()
+                attempted_at = clock_timestamp(),
+                batch_to = NULL
             WHERE j.id = ANY (v_claim) AND NOT j.head
               AND j.status NOT IN ('running', 'blocked', 'done', 'failed')
             RETURNING j.*
@@ -131,7 +206,8 @@ BEGIN
     -- The next heads not claimed (not due, blocked, or past p_next_limit) become heads only;
     -- never one that an overlapping settlement of its key closed while this waited for it
     -- (open written as not closed, for the reason above).
-    v_rest := ARRAY(SELECT unnest(v_next) EXCEPT SELECT unnest(v_claim));
+    v_rest := ARRAY(SELECT unnest(v_next) EXCEPT SELECT unnest(v_claim)
+                    EXCEPT SELECT unnest(coalesce(v_hand, '{}')));
     IF cardinality(v_rest) > 0 THEN
         UPDATE ordered_jobs AS j SET head = true
         WHERE j.id = ANY (v_rest) AND NOT j.head AND j.status NOT IN ('done', 'failed');

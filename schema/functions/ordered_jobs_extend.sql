@@ -1,14 +1,18 @@
 -- ordered_jobs_extend turns claimed heads (p_heads: running jobs this transaction claimed) into
 -- batches: each head is followed by up to p_batch - 1 of its key's next open jobs, in seq
--- order, each claimed as the claim does and leased until its head's lease ends. A batch stops
--- at the first job that is not queued and due (a crashed batch's rest, still running with an
--- expired lease, is recovered one job at a time: see ordered_jobs_claim_batch), that another
--- transaction locks, or, on a contiguous key (next_seq set), at a hole in the seqs. Later jobs
--- keep head = false, so no other claim can take them.
+-- order. A batch stops at the first job that is not queued and due (a crashed batch's rest,
+-- marked running by its recovery, is recovered one job at a time: see ordered_jobs_claim) or,
+-- on a contiguous key (next_seq set), at a hole in the seqs.
+--
+-- Only the head is written: its batch_to becomes the seq of the batch's last job. The later
+-- jobs stay queued with head = false, so no other claim can take them, and are returned as
+-- the claim of each would be: its attempt counted, its claim version raised, the head's lease.
+-- The settlements of a batch (ordered_jobs_complete, job_release_unrun_many.sql,
+-- job_lease_extend_many.sql) accept these claims through the running head that covers them.
 --
 -- The caller holds the heads' key rows (FOR SHARE at least) since before this call: no
--- enqueue of those keys is in flight, so no event can land between two jobs of a batch (one
--- below a job that has started is late, and an enqueue sees these as started). It reads at
+-- enqueue or admin operation of those keys is in flight, so no event can land between two jobs
+-- of a batch (an enqueue finds an event below a running head's batch_to late). It reads at
 -- most p_batch - 1 entries of ordered_jobs_open per head, whatever the key's backlog.
 CREATE OR REPLACE FUNCTION ordered_jobs_extend(p_heads bigint[], p_batch integer)
 RETURNS TABLE (id bigint, key text, seq bigint, kind text, payload jsonb, attempts integer,
@@ -25,10 +29,7 @@ AS $$
 DECLARE
     v_cand bigint[];
     v_cand_heads bigint[];
-    v_cand_leases timestamptz[];
-    v_locked bigint[];
-    v_ext bigint[];
-    v_leases timestamptz[];
+    v_cand_seqs bigint[];
 BEGIN
     IF p_batch IS NULL OR p_batch <= 1 OR coalesce(cardinality(p_heads), 0) = 0 THEN
         RETURN;
@@ -37,10 +38,10 @@ BEGIN
     -- The candidates: each head's next open jobs, as far as they are claimable in a row. The
     -- inner LIMIT keeps the walk of ordered_jobs_open to p_batch - 1 entries a head.
     SELECT array_agg(c.id ORDER BY c.head_id, c.seq), array_agg(c.head_id ORDER BY c.head_id, c.seq),
-           array_agg(c.head_lease ORDER BY c.head_id, c.seq)
-    INTO v_cand, v_cand_heads, v_cand_leases
+           array_agg(c.seq ORDER BY c.head_id, c.seq)
+    INTO v_cand, v_cand_heads, v_cand_seqs
     FROM (
-        SELECT h.id AS head_id, h.lease_until AS head_lease, o.id, o.seq,
+        SELECT h.id AS head_id, o.id, o.seq,
                bool_and(o.claimable AND (k.next_seq IS NULL OR o.seq = h.seq + o.n))
                    OVER (PARTITION BY h.id ORDER BY o.seq) AS in_batch
         FROM ordered_jobs AS h
@@ -61,40 +62,25 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Lock them, never waiting: a job another transaction holds ends its batch.
-    SELECT array_agg(l.id) INTO v_locked
-    FROM (SELECT j.id FROM ordered_jobs AS j
-          WHERE j.id = ANY (v_cand) AND NOT j.head
-            AND j.status = 'queued' AND j.available_at <= statement_timestamp()
-          FOR UPDATE SKIP LOCKED) AS l;
-
-    SELECT array_agg(c.id ORDER BY c.ord), array_agg(c.lease ORDER BY c.ord)
-    INTO v_ext, v_leases
-    FROM (SELECT c.id, c.ord, c.lease,
-                 bool_and(l.id IS NOT NULL) OVER (PARTITION BY c.head_id ORDER BY c.ord) AS ok
-          FROM unnest(v_cand, v_cand_heads, v_cand_leases) WITH ORDINALITY AS c(id, head_id, lease, ord)
-          LEFT JOIN unnest(v_locked) AS l(id) ON l.id = c.id) AS c
-    WHERE c.ok;
-    IF v_ext IS NULL THEN
-        RETURN;
-    END IF;
-
+    -- The later jobs are not written: the head's batch_to claims them (its key's open jobs
+    -- above it up to batch_to), and they are returned as a claim would return them.
     RETURN QUERY
-    WITH claimed AS (
-        UPDATE ordered_jobs AS j
-        SET status = 'running',
-            attempts = j.attempts + 1,
-            claim_version = j.claim_version + 1,
-            claimed_by = nullif(current_setting('application_name'), ''),
-            lease_until = u.lease,
-            attempted_at = clock_timestamp()
-        FROM unnest(v_ext, v_leases) AS u(id, lease)
-        WHERE j.id = u.id
-        RETURNING j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts,
-                  j.claim_version, j.lease_until, j.created_at, j.available_at,
-                  j.attempted_at, j.last_error, false AS recovered
+    WITH batches AS (
+        UPDATE ordered_jobs AS h
+        SET batch_to = b.batch_to
+        FROM (SELECT c.head_id, max(c.seq) AS batch_to
+              FROM unnest(v_cand_heads, v_cand_seqs) AS c(head_id, seq)
+              GROUP BY c.head_id) AS b
+        WHERE h.id = b.head_id
+        RETURNING h.id, h.claim_version, h.claimed_by, h.lease_until, h.attempted_at
     )
-    SELECT * FROM claimed ORDER BY claimed.key, claimed.seq;
+    SELECT j.id, j.key, j.seq, j.kind, j.payload, j.attempts + 1, j.max_attempts,
+           j.claim_version + 1, b.lease_until, j.created_at, j.available_at, b.attempted_at,
+           j.last_error, false
+    FROM unnest(v_cand, v_cand_heads) AS c(id, head_id)
+    JOIN batches AS b ON b.id = c.head_id
+    JOIN ordered_jobs AS j ON j.id = c.id
+    ORDER BY j.key, j.seq;
 END
 $$;
 COMMENT ON FUNCTION ordered_jobs_extend(bigint[], integer) IS

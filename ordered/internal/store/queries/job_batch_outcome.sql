@@ -46,12 +46,19 @@ WITH keys AS (
     LIMIT 1
 ), next AS (
     -- The key rows are locked (the subquery runs once, before any job row is read).
+    -- A next job is taken over alone: the later jobs of a batch it leads were not written, so
+    -- they are not known here, and stay queued behind it. A job the batch handed the rest of a
+    -- completed job's batch to (covered by that job's batch_to) is the caller's already.
     UPDATE ordered_jobs AS j
-    SET lease_until = clock_timestamp() + $4::interval
+    SET lease_until = clock_timestamp() + $4::interval, batch_to = NULL
     FROM batch
     WHERE (SELECT count(*) FROM keys) >= 0
       AND j.key = ANY ($3::text[]) AND j.status = 'running' AND j.xmin = batch.xid
       AND j.lease_until > clock_timestamp()
+      AND NOT EXISTS (
+          SELECT 1 FROM ordered_jobs AS d
+          WHERE d.id = ANY ($1::bigint[]) AND d.key = j.key AND d.status = 'done'
+            AND d.xmin = batch.xid AND d.seq < j.seq AND j.seq <= d.batch_to)
     RETURNING j.*
 )
 SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::text AS kind,

@@ -20,9 +20,11 @@ WITH released AS (
                             THEN attempted_at END
     WHERE id = $1 AND claim_version = $2
       AND status = 'running' AND lease_until > clock_timestamp()
-    RETURNING id
+    RETURNING id, key, seq, batch_to
 )
--- The wake-up refers to the released row, so it runs once per row released, never on its own.
+-- The wake-up refers to the released row, so it runs once per row released, never on its own;
+-- so does the end of a batch the job led (ordered_batch_end).
 SELECT r.id
 FROM released AS r
+CROSS JOIN LATERAL (SELECT ordered_batch_end(r.key, r.seq, r.batch_to, false, NULL, NULL, NULL)) AS ended
 CROSS JOIN LATERAL (SELECT pg_notify('ordered_jobs', current_schema()) WHERE r.id IS NOT NULL) AS wake;
