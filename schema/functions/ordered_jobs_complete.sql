@@ -155,22 +155,28 @@ BEGIN
         RETURN;
     END IF;
     -- The rest of a batch goes on under its claim: its next job becomes the running head,
-    -- leased until the batch's lease ends, at the version its claim returned, and leads what
-    -- the batch still covers.
+    -- leased until the batch's lease ends (as this statement's snapshot has it, or a fresh
+    -- lease if that is later), at the version its claim returned, and leads what the batch
+    -- still covers. One that changed while this waited for it is left to the head update
+    -- below, as any next job.
     IF v_hand IS NOT NULL THEN
-        UPDATE ordered_jobs AS j
-        SET head = true,
-            status = 'running',
-            attempts = j.attempts + 1,
-            claim_version = j.claim_version + 1,
-            claimed_by = b.claimed_by,
-            lease_until = b.lease_until,
-            attempted_at = b.attempted_at,
-            batch_to = b.batch_to
-        FROM unnest(v_bkeys, v_btos, v_bleases, v_battempted, v_bclaimed)
-                 AS b(key, batch_to, lease_until, attempted_at, claimed_by)
-        WHERE j.id = ANY (v_hand) AND j.key = b.key AND NOT j.head
-          AND j.status NOT IN ('running', 'blocked', 'done', 'failed');
+        WITH handed AS (
+            UPDATE ordered_jobs AS j
+            SET head = true,
+                status = 'running',
+                attempts = j.attempts + 1,
+                claim_version = j.claim_version + 1,
+                claimed_by = b.claimed_by,
+                lease_until = greatest(b.lease_until, clock_timestamp() + p_lease),
+                attempted_at = b.attempted_at,
+                batch_to = b.batch_to
+            FROM unnest(v_bkeys, v_btos, v_bleases, v_battempted, v_bclaimed)
+                     AS b(key, batch_to, lease_until, attempted_at, claimed_by)
+            WHERE j.id = ANY (v_hand) AND j.key = b.key AND NOT j.head
+              AND j.status NOT IN ('running', 'blocked', 'done', 'failed')
+            RETURNING j.id
+        )
+        SELECT array_agg(h.id) INTO v_hand FROM handed AS h;
     END IF;
     v_claim := coalesce(v_claim, '{}');
     IF cardinality(v_claim) > 0 THEN
