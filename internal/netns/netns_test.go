@@ -105,10 +105,11 @@ func TestSlowLimitsTheLink(t *testing.T) {
 	require.ErrorContains(t, h.Slow(ctx, 1000), "rate 1000 bit/s must be at least 64000")
 }
 
-// qdisc is the qdisc of both ends of the host's link.
+// qdisc is the qdisc of both ends of the host's link, and of nothing else: other tests' hosts
+// may be slowed at the same time.
 func qdisc(t *testing.T, h *netns.Host) string {
 	t.Helper()
-	return run(t, "tc", "-n", h.Name, "qdisc", "show") + run(t, "tc", "qdisc", "show")
+	return run(t, "tc", "-n", h.Name, "qdisc", "show") + run(t, "tc", "qdisc", "show", "dev", netns.OuterOf(h))
 }
 
 // Close removes the namespace and both ends of its link; New removes what a process that is
