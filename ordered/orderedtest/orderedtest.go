@@ -6,7 +6,10 @@
 // Every call of New creates a new schema in the database named by DATABASE_URL (default: the
 // server on 127.0.0.1:5432), migrates it and returns a Queue whose pool's search_path selects
 // it, so tests run in parallel without seeing each other's jobs. The schema is dropped when the
-// test ends. When no database can be reached, the test fails: it never skips.
+// test ends, after its rows are checked against the rules the queue's functions keep (a job
+// has a lease exactly when it runs, a known status, a non-empty key, ...): the test fails on a
+// row that breaks one, as one written to the tables by hand may. When no database can be
+// reached, the test fails: it never skips.
 //
 //	q := orderedtest.New(t)
 //	client := q.Client(t, &ordered.Config{Policy: policy.Always(policy.Skip)})

@@ -60,9 +60,9 @@ BEGIN
           GROUP BY u.id) AS c;
 
     -- Only the primary key can serve this update. Its lease condition stands for "running
-    -- with a live lease" (ordered_jobs_lease_iff_running); a status condition would let the
-    -- planner walk ordered_jobs_leased instead, whose statistics say it is small while a
-    -- queue's partial indexes are full of dead entries. Rows whose claim is not current are
+    -- with a live lease" (a job has a lease exactly when it runs); a status condition would
+    -- let the planner walk ordered_jobs_leased instead, whose statistics say it is small while
+    -- a queue's partial indexes are full of dead entries. Rows whose claim is not current are
     -- not locked.
     WITH done AS (
         UPDATE ordered_jobs AS j

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orderedq/ordered/internal/invariant"
 	"github.com/orderedq/ordered/schema"
 )
 
@@ -43,8 +44,9 @@ type Queue struct {
 	Pool *pgxpool.Pool
 }
 
-// New creates a fresh migrated queue for t and removes it when t ends. When no database can
-// be reached, t fails.
+// New creates a fresh migrated queue for t and removes it when t ends, after checking that
+// its rows keep the queue's invariants (package invariant): t fails on any broken one. When
+// no database can be reached, t fails.
 func New(t testing.TB) *Queue {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -56,6 +58,9 @@ func New(t testing.TB) *Queue {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		if broken, err := q.Violations(ctx); err != nil || len(broken) > 0 {
+			t.Errorf("orderedtest: the queue's rows break its invariants: %v %v", broken, err)
+		}
 		if err := q.Drop(ctx); err != nil {
 			t.Errorf("orderedtest: %v", err)
 		}
@@ -96,6 +101,17 @@ func Create(ctx context.Context) (*Queue, error) {
 		return nil, withCleanup(err, q.Drop(ctx))
 	}
 	return q, nil
+}
+
+// Violations returns the invariants that the queue's rows break (see package invariant), on a
+// connection of its own: the test may have closed the pool.
+func (q *Queue) Violations(ctx context.Context) ([]string, error) {
+	conn, err := pgx.Connect(ctx, q.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	return invariant.Violations(ctx, conn)
 }
 
 // Drop closes the queue's pool and drops its schema.
