@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orderedq/ordered/internal/invariant"
 	"github.com/orderedq/ordered/internal/pgcluster"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/history"
@@ -128,12 +129,14 @@ type execReport struct {
 	// LostJobs counts the events that never finished (Lost without the missing effects).
 	LostJobs int
 	Problems []string
+	// Broken names the queue's invariants that its rows break at the end (package invariant).
+	Broken []string
 }
 
 // clean reports whether the run through the command kept every guarantee.
 func (e *execReport) clean() bool {
 	return e.LostJobs == 0 && e.OrderInversions == 0 && e.UnexpectedFailures == 0 &&
-		e.DuplicateEffects == 0 && e.Missing == 0 && e.Unknown == 0 && e.Malformed == 0
+		e.DuplicateEffects == 0 && e.Missing == 0 && e.Unknown == 0 && e.Malformed == 0 && len(e.Broken) == 0
 }
 
 // checkExec reads the history, with the effects from the command's file, and checks it.
@@ -152,6 +155,9 @@ func (r *run) checkExec(ctx context.Context) (execReport, error) {
 		return execReport{}, fmt.Errorf("read %s: %w", r.effects, err)
 	}
 	rep := CheckEffects(h, effects, bad)
+	if rep.Broken, err = invariant.Violations(ctx, r.pool); err != nil {
+		return rep, err
+	}
 	r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills)
 	return rep, err
 }
@@ -258,6 +264,9 @@ func printExec(out io.Writer, command string, o Options, res result, e execRepor
 	if len(e.Problems) > shown {
 		fmt.Fprintf(out, "  … and %d more\n", len(e.Problems)-shown)
 	}
+	for _, b := range e.Broken {
+		fmt.Fprintln(out, "  invariant "+b)
+	}
 	if !e.clean() {
 		fmt.Fprintf(out, "verify: NOT CLEAN: %s\n", strings.Join(e.violations(), ", "))
 		return errors.New("verify: the run is not clean")
@@ -278,7 +287,7 @@ func (e *execReport) violations() []string {
 		name string
 	}{{e.LostJobs, "lost jobs"}, {e.UnexpectedFailures, "jobs failed for good"}, {e.OrderInversions, "order inversions"},
 		{e.DuplicateEffects, "duplicate effects"}, {e.Missing, "missing effects"}, {e.Unknown, "effects naming no event"},
-		{e.Malformed, "malformed effect lines"}} {
+		{e.Malformed, "malformed effect lines"}, {len(e.Broken), "broken invariants"}} {
 		if c.n > 0 {
 			v = append(v, fmt.Sprintf("%d %s", c.n, c.name))
 		}

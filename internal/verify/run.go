@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/internal/harness"
+	"github.com/orderedq/ordered/internal/invariant"
 	"github.com/orderedq/ordered/internal/pgcluster"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/history"
@@ -251,6 +252,9 @@ func (r *run) check(ctx context.Context) error {
 		return err
 	}
 	r.res.report = history.Check(h)
+	if r.res.broken, err = invariant.Violations(ctx, r.pool); err != nil {
+		return err
+	}
 	if r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills); err != nil || r.o.hosts == nil {
 		return err
 	}

@@ -41,9 +41,11 @@ type Options struct {
 
 // result is one run's figures.
 type result struct {
-	name                                  string
-	transactional                         bool
-	report                                history.Report
+	name          string
+	transactional bool
+	report        history.Report
+	// broken names the queue's invariants that its rows break at the end (package invariant).
+	broken                                []string
 	kills, stalls, terminations, restarts int
 	maxRecovery                           time.Duration
 	elapsed                               time.Duration
@@ -93,9 +95,12 @@ func printResults(out io.Writer, results []result) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.name, rep.Enqueued,
 			rep.Completed, rep.Failed, rep.Held, rep.Lost, rep.DuplicateEffects, rep.ReExecutions,
 			rep.OrderInversions, r.kills, r.stalls, r.terminations, r.restarts, r.maxRecovery.Round(10*time.Millisecond))
-		if !rep.Clean(r.transactional) {
+		if !r.clean() {
 			for _, p := range rep.Problems {
 				problems = append(problems, r.name+": "+p)
+			}
+			for _, b := range r.broken {
+				problems = append(problems, r.name+": invariant "+b)
 			}
 		}
 	}
@@ -116,9 +121,15 @@ func printResults(out io.Writer, results []result) error {
 // allClean reports whether every run is clean.
 func allClean(results []result) bool {
 	for _, r := range results {
-		if !r.report.Clean(r.transactional) {
+		if !r.clean() {
 			return false
 		}
 	}
 	return true
+}
+
+// clean reports whether the run kept every guarantee and left the queue's rows keeping its
+// invariants.
+func (r result) clean() bool {
+	return r.report.Clean(r.transactional) && len(r.broken) == 0
 }
