@@ -112,3 +112,17 @@ func TestBatchWorkerOnContiguousKeysStopsAtGaps(t *testing.T) {
 	}
 	require.Greater(t, longest, 1, "no batch held more than one job")
 }
+
+// Gaps counts a running batch's later jobs as running: a contiguous key's batch up to its
+// hole runs whole.
+func TestGapsCountABatchsLaterJobsAsRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, contiguous(policy.GapWait, 0, policy.Block))
+	b.enqueue(t, "c", 1, 2, 3, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	require.Equal(t, []int64{1, 2, 3}, seqsOf(batches[0]))
+	g := gapOf(t, b, "c")
+	require.Equal(t, [2]int64{4, 3}, [2]int64{g.OpenJobs, g.Running}, "open, running")
+}

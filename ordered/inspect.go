@@ -30,7 +30,8 @@ const (
 	JobBlocked JobStatus = "blocked"
 )
 
-// JobRecord is a job as stored, for inspection.
+// JobRecord is a job as it runs, for inspection: a later job of a running batch, queued in its
+// row, reads as running, under its batch's lease and at the claim the batch returned for it.
 type JobRecord struct {
 	ID      int64
 	Key     string
@@ -79,7 +80,7 @@ func jobRecordOf(r store.JobRow) JobRecord {
 	return j
 }
 
-// Job returns the job id as stored. ErrJobNotFound: no such job.
+// Job returns the job id (see JobRecord). ErrJobNotFound: no such job.
 func (c *Client) Job(ctx context.Context, id int64) (JobRecord, error) {
 	r, found, err := store.JobGet(ctx, c.db, id)
 	switch {
@@ -102,7 +103,7 @@ type KeyTimelineParams struct {
 // InspectLimitMax bounds one page of the inspection calls.
 const InspectLimitMax = 1000
 
-// KeyTimeline is a key's stored jobs in seq order, one page of them.
+// KeyTimeline is a key's stored jobs in seq order (each as a JobRecord), one page of them.
 type KeyTimeline struct {
 	Key string
 	// Found is false when the key was never enqueued (or the whole key was removed).
@@ -323,8 +324,9 @@ type RunningJob struct {
 	ClaimedBy string
 }
 
-// RunningJobs lists up to limit running jobs (default 100, at most InspectLimitMax), the
-// soonest lease to end first, so expired leases come first.
+// RunningJobs lists up to limit running jobs (default 100, at most InspectLimitMax), the later
+// jobs of running batches among them, the soonest lease to end first, so expired leases come
+// first.
 func (c *Client) RunningJobs(ctx context.Context, limit int) ([]RunningJob, error) {
 	rows, err := store.JobRunningList(ctx, c.db, min(cmpOr(limit, 100), InspectLimitMax))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/ordered/internal/store"
 )
 
 // BlockedKeysPage names each blocked key's failed head and counts the jobs behind it, up to
@@ -135,4 +136,81 @@ func hostname(t *testing.T) string {
 	h, err := os.Hostname()
 	require.NoError(t, err)
 	return h
+}
+
+// A batch's later jobs stay queued in their rows while they run under the claim of its first
+// job: Stats, Job, KeyTimeline, RunningJobs and Workers show them running, as their claims
+// returned them, and expired with their batch's lease.
+func TestBatchLaterJobsShowAsRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: time.Minute})
+	b.enqueue(t, "k", 1, 2, 3, 4, 5)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 3)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	batch := batches[0]
+	require.Equal(t, []int64{1, 2, 3}, seqsOf(batch))
+	b.enqueue(t, "e", 1, 2)
+	batches, err = b.client.ClaimBatch(b.ctx, 1, 2)
+	require.NoError(t, err)
+	require.Len(t, batches, 1)
+	stalled := batches[0]
+	require.Equal(t, []int64{1, 2}, seqsOf(stalled))
+	require.Equal(t, "e", stalled[0].Key)
+	b.expireLease(t, stalled[0].ID)
+
+	st, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{2, 5, 2}, [3]int64{st.Queued, st.Running, st.ExpiredLeases}, "queued, running, expired")
+	shared, err := store.QueueStatsShared(b.ctx, b.pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{2, 5, 2}, [3]int64{shared.Queued, shared.Running, shared.ExpiredLeases}, "the shared counts")
+
+	head, err := b.client.Job(b.ctx, batch[0].ID)
+	require.NoError(t, err)
+	require.NotEmpty(t, head.ClaimedBy)
+	for _, j := range batch {
+		rec, err := b.client.Job(b.ctx, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, ordered.JobRunning, rec.Status, "seq %d", j.Seq)
+		require.Equal(t, j.ClaimVersion, rec.ClaimVersion, "seq %d", j.Seq)
+		require.Equal(t, j.Attempt, rec.Attempts, "seq %d", j.Seq)
+		require.True(t, j.LeaseUntil.Equal(rec.LeaseUntil), "seq %d: lease %v, claimed until %v", j.Seq, rec.LeaseUntil, j.LeaseUntil)
+		require.Positive(t, rec.LeaseLeft, "seq %d", j.Seq)
+		require.Equal(t, head.ClaimedBy, rec.ClaimedBy, "seq %d", j.Seq)
+	}
+	tl, err := b.client.KeyTimeline(b.ctx, "k", ordered.KeyTimelineParams{})
+	require.NoError(t, err)
+	var statuses []ordered.JobStatus
+	for _, j := range tl.Jobs {
+		statuses = append(statuses, j.Status)
+	}
+	require.Equal(t, []ordered.JobStatus{"running", "running", "running", "queued", "queued"}, statuses)
+
+	run, err := b.client.RunningJobs(b.ctx, 10)
+	require.NoError(t, err)
+	var listed []string
+	for _, r := range run {
+		listed = append(listed, fmt.Sprintf("%s/%d v%d", r.Key, r.Seq, r.ClaimVersion))
+	}
+	var want []string
+	for _, j := range append(append([]*ordered.Job{}, stalled...), batch...) {
+		want = append(want, fmt.Sprintf("%s/%d v%d", j.Key, j.Seq, j.ClaimVersion))
+	}
+	require.Equal(t, want, listed, "the expired batch first, each job at its claim")
+	workers, err := b.client.Workers(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	require.Equal(t, [2]int{5, 2}, [2]int{workers[0].Running, workers[0].Expired}, "running, expired")
+
+	lost, err := b.client.CompleteMany(b.ctx, batch)
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	st, err = b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, [4]int64{2, 2, 3, 2}, [4]int64{st.Queued, st.Running, st.Done, st.ExpiredLeases}, "queued, running, done, expired")
+	rec, err := b.client.Job(b.ctx, batch[2].ID)
+	require.NoError(t, err)
+	require.Equal(t, ordered.JobDone, rec.Status)
+	require.Equal(t, batch[2].ClaimVersion, rec.ClaimVersion)
 }

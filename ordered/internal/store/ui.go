@@ -23,7 +23,7 @@ var (
 	jobDoneByMinuteSQL = query("job_done_by_minute.sql")
 )
 
-// JobRow is a job as stored, returned by JobGet and KeyTimeline.
+// JobRow is a job as it runs (ordered_jobs_now), returned by JobGet and KeyTimeline.
 type JobRow struct {
 	ID           int64
 	Key          string

@@ -1,7 +1,8 @@
 -- The keys waiting on a gap, longest waiting first ($1 null), or the one contiguous key $1,
 -- waiting or not: its next seq, its lowest missing range below an open job (null: none), since
 -- when it waits, when its gap policy acts (null: never) or blocked it, its open and running
--- jobs. The missing range walks the key's open jobs from its next seq up to the first hole.
+-- jobs (a running batch's later jobs among them). The missing range walks the key's open jobs
+-- from its next seq up to the first hole.
 -- $1 key    text     one key (null: the keys waiting on a gap)
 -- $2 limit  integer  at most this many keys
 SELECT k.key, n.next_seq, hole.from_seq, hole.to_seq, g.since, g.blocked_at, g.deadline,
@@ -21,7 +22,9 @@ LEFT JOIN LATERAL (
     ORDER BY o.seq
     LIMIT 1) AS hole ON true
 CROSS JOIN LATERAL (
-    SELECT count(*) AS open, count(*) FILTER (WHERE j.status = 'running') AS running
+    SELECT count(*) AS open,
+           count(*) FILTER (WHERE j.status = 'running')
+               + (SELECT count(*) FROM ordered_batch_later AS b WHERE b.key = k.key) AS running
     FROM ordered_jobs AS j
     WHERE j.key = k.key AND j.status IN ('queued', 'running', 'blocked')) AS counts
 ORDER BY g.since NULLS LAST, k.key;

@@ -1,12 +1,24 @@
 -- The workers that hold running jobs now, by the claimed_by their claims recorded, with how
--- many jobs each holds, how many of those leases expired, and when it claimed the newest.
--- Running jobs are few and read through ordered_jobs_leased.
+-- many jobs each holds, how many of those leases expired, and when it claimed the newest. A
+-- running job that leads a batch holds the batch's later jobs too (ordered_batch_later), under
+-- its claim and lease. Running jobs are few and read through ordered_jobs_leased, the batches'
+-- later jobs through ordered_jobs_batches.
 -- $1 limit  integer  at most this many workers
-SELECT coalesce(claimed_by, ''), count(*),
-       count(*) FILTER (WHERE lease_until <= statement_timestamp()),
-       max(attempted_at)
-FROM ordered_jobs
-WHERE status = 'running'
-GROUP BY 1
-ORDER BY 1
+WITH running AS (
+    SELECT coalesce(claimed_by, '') AS name, count(*) AS jobs,
+           count(*) FILTER (WHERE lease_until <= statement_timestamp()) AS expired,
+           max(attempted_at) AS last_claimed_at
+    FROM ordered_jobs
+    WHERE status = 'running'
+    GROUP BY 1
+), later AS (
+    SELECT coalesce(claimed_by, '') AS name, count(*) AS jobs,
+           count(*) FILTER (WHERE lease_until <= statement_timestamp()) AS expired
+    FROM ordered_batch_later
+    GROUP BY 1
+)
+SELECT r.name, r.jobs + coalesce(l.jobs, 0), r.expired + coalesce(l.expired, 0), r.last_claimed_at
+FROM running AS r
+LEFT JOIN later AS l ON l.name = r.name
+ORDER BY r.name
 LIMIT $1;
