@@ -88,7 +88,19 @@ func benchQueue(b *testing.B) *pgxpool.Pool {
 		b.Logf("built in %v", time.Since(start).Round(time.Second))
 	}
 	if os.Getenv("ORDERED_UI_BENCH_KEEP") != "1" {
-		b.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+id+" CASCADE") })
+		// A connection of its own: admin is closed when this function returns.
+		b.Cleanup(func() {
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, orderedtest.DatabaseURL())
+			if err != nil {
+				b.Errorf("drop the bench queue: %v", err)
+				return
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "DROP SCHEMA "+id+" CASCADE"); err != nil {
+				b.Errorf("drop the bench queue: %v", err)
+			}
+		})
 	}
 	return pool
 }
