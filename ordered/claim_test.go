@@ -166,6 +166,10 @@ func TestClaimGuardAppliesToReadyAndRecoveredJobs(t *testing.T) {
 		lease_until = now() - interval '1 second' WHERE id = $1`, ids[2])
 	require.NoError(t, err)
 	b.claimNone(t, b.client)
+
+	// The head flag put back: the queue ends keeping its invariants, as the cleanup checks.
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET head = false WHERE id = $1`, ids[1])
+	require.NoError(t, err)
 }
 
 // CompleteMany completes the current claims in one statement, reports the stale ones as lost

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,8 +59,11 @@ func New(t testing.TB) *Queue {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if broken, err := q.Violations(ctx); err != nil || len(broken) > 0 {
-			t.Errorf("orderedtest: the queue's rows break its invariants: %v %v", broken, err)
+		switch broken, err := q.Violations(ctx); {
+		case err != nil:
+			t.Errorf("orderedtest: %v", err)
+		case len(broken) > 0:
+			t.Errorf("orderedtest: the queue's rows break its invariants: %s", strings.Join(broken, "; "))
 		}
 		if err := q.Drop(ctx); err != nil {
 			t.Errorf("orderedtest: %v", err)
