@@ -1,10 +1,12 @@
 package ordered_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -213,4 +215,40 @@ func TestBatchLaterJobsShowAsRunning(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ordered.JobDone, rec.Status)
 	require.Equal(t, batch[2].ClaimVersion, rec.ClaimVersion)
+}
+
+// RunningJobs cut short lists the first of all running jobs by lease, key and seq: batches
+// claimed in one statement share a lease, and a batch's later jobs are never listed without
+// its head.
+func TestRunningJobsCutShortListsTheFirstOfAll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: time.Minute})
+	var events []ordered.Event
+	for k := range 50 {
+		for seq := int64(1); seq <= 5; seq++ {
+			events = append(events, ordered.Event{Key: fmt.Sprintf("k%02d", k), Seq: seq})
+		}
+	}
+	_, err := b.client.EnqueueMany(b.ctx, events)
+	require.NoError(t, err)
+	batches, err := b.client.ClaimBatch(b.ctx, 50, 5)
+	require.NoError(t, err)
+	require.Len(t, batches, 50)
+
+	describeRun := func(run []ordered.RunningJob) []string {
+		var out []string
+		for _, r := range run {
+			out = append(out, fmt.Sprintf("%s/%d", r.Key, r.Seq))
+		}
+		return out
+	}
+	all, err := b.client.RunningJobs(b.ctx, 1000)
+	require.NoError(t, err)
+	require.Len(t, all, 250)
+	require.True(t, slices.IsSortedFunc(all, func(x, y ordered.RunningJob) int {
+		return cmp.Or(x.LeaseUntil.Compare(y.LeaseUntil), cmp.Compare(x.Key, y.Key), cmp.Compare(x.Seq, y.Seq))
+	}), "sorted by lease, key and seq")
+	first, err := b.client.RunningJobs(b.ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, describeRun(all[:10]), describeRun(first))
 }

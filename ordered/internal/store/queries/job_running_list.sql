@@ -14,7 +14,7 @@ FROM (
     (SELECT id, key, seq, kind, attempts, max_attempts, claim_version, attempted_at, lease_until, claimed_by
      FROM ordered_jobs
      WHERE status = 'running'
-     ORDER BY lease_until
+     ORDER BY lease_until, key, seq
      LIMIT $1)
     UNION ALL
     SELECT m.id, m.key, m.seq, m.kind, m.attempts + 1, m.max_attempts, m.claim_version + 1,
