@@ -64,7 +64,7 @@ func TestClaimBatchTakesConsecutiveJobsOfAKey(t *testing.T) {
 	b.enqueue(t, "hot", 1, 2, 3, 4, 5, 6)
 	b.enqueue(t, "holes", 1, 3, 7)
 	b.enqueue(t, "contig", 1, 2, 3, 5, 6)
-	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_keys SET next_seq = 1 WHERE key = 'contig'`)
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_keys SET next_seq = 1, gap_action = 'wait' WHERE key = 'contig'`)
 	require.NoError(t, err)
 	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "later", Seq: 1})
 	require.NoError(t, err)

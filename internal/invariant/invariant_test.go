@@ -65,6 +65,8 @@ func TestViolationsNameEachBrokenInvariant(t *testing.T) {
 			"ordered_keys: a contiguous key has a gap policy"},
 		{`UPDATE ordered_keys SET gap_action = 'wait' WHERE key = 'a'`,
 			"ordered_keys: a contiguous key has a gap policy"},
+		{`UPDATE ordered_keys SET gap_action = NULL WHERE key = 'c'`,
+			"ordered_keys: a contiguous key has a gap policy"},
 	} {
 		t.Run(c.write, func(t *testing.T) {
 			tx, err := q.Pool.Begin(ctx)

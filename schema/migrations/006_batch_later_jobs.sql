@@ -20,7 +20,7 @@ WHERE h.status = 'running' AND h.batch_to > h.seq
 -- Every job as it runs: a later job of a running batch as its claim returned it (running,
 -- under the batch's lease, its attempt counted and its claim version raised); row_status is
 -- the status its row has. The batch is found as ordered_batch_later finds it, from the job's
--- side: one probe of ordered_jobs_batches, and none for a job that is not queued.
+-- side: one probe of ordered_jobs_batches, which holds only the heads of running batches.
 CREATE VIEW ordered_jobs_now AS
 SELECT j.id, j.key, j.seq, j.kind, j.payload,
        CASE WHEN b.covered THEN 'running' ELSE j.status END AS status,

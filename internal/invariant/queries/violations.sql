@@ -3,7 +3,8 @@
 -- keep them on every write: the rules of single rows (schema/migrations/005_hot_row_checks.sql
 -- says why they are not CHECK constraints) and the head rules (docs/design.md): a head is open
 -- and its key's lowest open job, so a key has one head at most. A null compares as a CHECK
--- constraint would take it: as no violation.
+-- constraint would take it, as no violation, except in the gap policy: a contiguous key
+-- without a gap action breaks it.
 WITH jobs AS (
     SELECT count(*) FILTER (WHERE j.key = '')                                          AS empty_key,
            count(*) FILTER (WHERE j.seq < 0)                                           AS negative_seq,
@@ -22,8 +23,9 @@ WITH jobs AS (
 ), keys AS (
     SELECT count(*) FILTER (WHERE k.gap_action NOT IN ('wait', 'proceed', 'block'))     AS unknown_gap_action,
            count(*) FILTER (WHERE k.gap_timeout <= interval '0')                       AS gap_timeout_not_positive,
-           count(*) FILTER (WHERE NOT ((k.next_seq IS NULL AND k.gap_action IS NULL AND k.gap_timeout IS NULL)
-                                       OR (k.next_seq IS NOT NULL AND (k.gap_action = 'wait') = (k.gap_timeout IS NULL))))
+           count(*) FILTER (WHERE NOT coalesce((k.next_seq IS NULL AND k.gap_action IS NULL AND k.gap_timeout IS NULL)
+                                                OR (k.next_seq IS NOT NULL AND (k.gap_action = 'wait') = (k.gap_timeout IS NULL)),
+                                                false))
                                                                                        AS gap_policy_mismatch
     FROM ordered_keys AS k
 )

@@ -108,9 +108,9 @@ func Create(ctx context.Context) (*Queue, error) {
 }
 
 // Violations returns the invariants that the queue's rows break (see package invariant), on a
-// connection of its own: the test may have closed the pool.
+// connection of its own made as the pool's are: the test may have closed the pool.
 func (q *Queue) Violations(ctx context.Context) ([]string, error) {
-	conn, err := pgx.Connect(ctx, q.URL)
+	conn, err := pgx.ConnectConfig(ctx, q.Pool.Config().ConnConfig)
 	if err != nil {
 		return nil, err
 	}
