@@ -8,15 +8,17 @@
 -- not a queued head: only that trailing claim takes it, recovered and alone.
 -- ordered_jobs_complete holds the completed keys' rows FOR SHARE from its start, so their
 -- extension sees every enqueue of those keys that committed; the other keys are locked
--- without waiting, as ordered_jobs_claim_batch does. Rows as ordered_jobs_complete's: the
--- completed claims, then the claimed jobs.
+-- without waiting, as ordered_jobs_claim_batch does. Rows as ordered_jobs_complete's (the
+-- completed claims, then the claimed jobs), with recovered set on a job that the trailing claim
+-- took back from an expired lease.
+DROP FUNCTION IF EXISTS ordered_jobs_complete_batch(bigint[], bigint[], integer, integer, interval);
 CREATE OR REPLACE FUNCTION ordered_jobs_complete_batch(p_ids bigint[], p_versions bigint[],
                                                        p_next_limit integer, p_batch integer,
                                                        p_lease interval)
 RETURNS TABLE (completed boolean, id bigint, key text, seq bigint, kind text, payload jsonb,
                attempts integer, max_attempts integer, claim_version bigint,
                lease_until timestamptz, created_at timestamptz, available_at timestamptz,
-               attempted_at timestamptz, last_error text)
+               attempted_at timestamptz, last_error text, recovered boolean)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -29,6 +31,7 @@ BEGIN
         lease_until, created_at, available_at, attempted_at, last_error IN
         SELECT * FROM ordered_jobs_complete(p_ids, p_versions, p_next_limit, p_lease)
     LOOP
+        recovered := false;
         IF NOT completed THEN
             v_heads := v_heads || id;
         END IF;
@@ -38,7 +41,7 @@ BEGIN
         RETURN QUERY
         SELECT false, e.id, e.key, e.seq, e.kind, e.payload, e.attempts, e.max_attempts,
                e.claim_version, e.lease_until, e.created_at, e.available_at, e.attempted_at,
-               e.last_error
+               e.last_error, false
         FROM ordered_jobs_extend(v_heads, p_batch) AS e;
     END IF;
     v_more := coalesce(p_next_limit, 0) - coalesce(cardinality(v_heads), 0);
@@ -46,7 +49,7 @@ BEGIN
         RETURN QUERY
         SELECT false, c.id, c.key, c.seq, c.kind, c.payload, c.attempts, c.max_attempts,
                c.claim_version, c.lease_until, c.created_at, c.available_at, c.attempted_at,
-               c.last_error
+               c.last_error, c.recovered
         FROM ordered_jobs_claim_batch(v_more, p_batch, p_lease) AS c;
     END IF;
 END

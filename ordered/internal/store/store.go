@@ -239,7 +239,7 @@ func scanCompletion(rows pgx.Rows) (completed []Claim, claimed []ClaimedJob, err
 		var j ClaimedJob
 		if err := rows.Scan(&r.done, &j.ID, &r.key, &r.seq, &r.kind, &j.Payload, &r.attempts,
 			&r.maxAttempts, &r.version, &r.leaseUntil, &r.createdAt, &r.availableAt, &r.attempted,
-			&j.LastError); err != nil {
+			&j.LastError, &j.Recovered); err != nil {
 			return nil, nil, err
 		}
 		if r.done {

@@ -1,7 +1,8 @@
 -- What became of a completion batch whose answer was lost ($1 ids, $2 their claim versions,
 -- $3 their keys, same positions), in the rows of job_complete_many.sql: if it committed, the
 -- jobs it completed (completed true) and the next jobs it claimed that are still its own,
--- leased again for $4 from now; no rows if it did not commit, or completed nothing.
+-- leased again for $4 from now; no rows if it did not commit, or completed nothing. A next job
+-- it took back from an expired lease is not told apart (recovered is false).
 --
 -- A row keeps the transaction that wrote it as its xmin: a job the batch completed (done, at
 -- the version the batch held) for good, a next job it claimed until a renewal, a release or
@@ -65,11 +66,11 @@ SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::te
        NULL::jsonb AS payload, NULL::integer AS attempts, NULL::integer AS max_attempts,
        j.claim_version, NULL::timestamptz AS lease_until, NULL::timestamptz AS created_at,
        NULL::timestamptz AS available_at, NULL::timestamptz AS attempted_at,
-       NULL::text AS last_error
+       NULL::text AS last_error, false AS recovered
 FROM batch
 JOIN ordered_jobs AS j ON j.id = ANY ($1::bigint[]) AND j.status = 'done' AND j.xmin = batch.xid
 UNION ALL
 SELECT false, n.id, n.key, n.seq, n.kind, n.payload, n.attempts, n.max_attempts,
        n.claim_version, n.lease_until, n.created_at, n.available_at, n.attempted_at,
-       n.last_error
+       n.last_error, false
 FROM next AS n;
