@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/orderedq/ordered/internal/invariant"
 	"github.com/orderedq/ordered/internal/pgcluster"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/history"
@@ -129,7 +128,8 @@ type execReport struct {
 	// LostJobs counts the events that never finished (Lost without the missing effects).
 	LostJobs int
 	Problems []string
-	// Broken names the queue's invariants that its rows break at the end (package invariant).
+	// Broken names the queue's invariants that its rows broke, under way or at the end
+	// (package invariant).
 	Broken []string
 }
 
@@ -155,7 +155,7 @@ func (r *run) checkExec(ctx context.Context) (execReport, error) {
 		return execReport{}, fmt.Errorf("read %s: %w", r.effects, err)
 	}
 	rep := CheckEffects(h, effects, bad)
-	if rep.Broken, err = invariant.Violations(ctx, r.pool); err != nil {
+	if rep.Broken, err = r.brokenInvariants(ctx); err != nil {
 		return rep, err
 	}
 	r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills)

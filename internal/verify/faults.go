@@ -3,10 +3,12 @@ package verify
 import (
 	"context"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/orderedq/ordered/internal/harness"
+	"github.com/orderedq/ordered/internal/invariant"
 )
 
 // faults are injected at fixed points of progress (percent of the jobs settled), so that every
@@ -49,11 +51,35 @@ func (r *run) injectFaults(ctx context.Context) error {
 			time.Sleep(progressPoll)
 			continue
 		}
+		r.checkInvariants(ctx, fmt.Sprintf("before the %s at %d%%", plan[next].kind, plan[next].at))
 		if err := r.inject(ctx, plan[next].kind, r.rng.IntN(len(r.procs))); err != nil {
 			return err
 		}
 		next++
 	}
+}
+
+// checkInvariants checks the queue's invariants while the run is under way (at is when), so
+// that a row broken and then written again before the end is caught too. A check that fails
+// (the server restarting, the session cut by a fault) is skipped: the next one, or the one at
+// the end, is taken.
+func (r *run) checkInvariants(ctx context.Context, at string) {
+	broken, err := invariant.Violations(ctx, r.pool)
+	if err != nil {
+		return
+	}
+	for _, b := range broken {
+		r.brokenMidway = append(r.brokenMidway, at+": "+b)
+	}
+}
+
+// brokenInvariants is what the run's rows broke: at a check under way, then at the end.
+func (r *run) brokenInvariants(ctx context.Context) ([]string, error) {
+	broken, err := invariant.Violations(ctx, r.pool)
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clip(r.brokenMidway), broken...), nil
 }
 
 // inject injects one fault; victim is the worker process a kill or a stall hits.

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/internal/harness"
-	"github.com/orderedq/ordered/internal/invariant"
 	"github.com/orderedq/ordered/internal/pgcluster"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/history"
@@ -44,7 +43,10 @@ type run struct {
 	// that those keys wait on gaps while they are filled in random order (see enqueue).
 	gapFill []ordered.Event
 	kills   []kill
-	res     result
+	// brokenMidway are the invariants the rows broke at a check while the run was under way
+	// (checkInvariants), each with when.
+	brokenMidway []string
+	res          result
 	// command, when set, is the user's command the workers run, and effects the file it
 	// records its effects in (see RunExec).
 	command, effects string
@@ -252,7 +254,7 @@ func (r *run) check(ctx context.Context) error {
 		return err
 	}
 	r.res.report = history.Check(h)
-	if r.res.broken, err = invariant.Violations(ctx, r.pool); err != nil {
+	if r.res.broken, err = r.brokenInvariants(ctx); err != nil {
 		return err
 	}
 	if r.res.maxRecovery, err = maxRecovery(ctx, r.pool, r.kills); err != nil || r.o.hosts == nil {

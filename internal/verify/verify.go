@@ -44,7 +44,8 @@ type result struct {
 	name          string
 	transactional bool
 	report        history.Report
-	// broken names the queue's invariants that its rows break at the end (package invariant).
+	// broken names the queue's invariants that its rows broke, under way or at the end
+	// (package invariant).
 	broken                                []string
 	kills, stalls, terminations, restarts int
 	maxRecovery                           time.Duration
