@@ -2,7 +2,9 @@ package ordered_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,4 +61,54 @@ func TestWorkerStartChecksTheSchema(t *testing.T) {
 	require.ErrorIs(t, err, schema.ErrSchemaNewer)
 	require.Regexp(t, "^ordered: schema is newer than this binary", err.Error())
 	<-w.Stopped()
+}
+
+// A worker whose queue another version migrates while it runs stops itself at its next
+// maintenance pass, as Stop would (no new claims; the running job finishes and is settled),
+// and Err says why: its statements are no longer the ones the functions answer. A change of
+// the functions alone (a newer version's migrate rewrote one) stops it too.
+func TestWorkerStopsWhenTheSchemaChangesUnderIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ms, err := schema.Migrations()
+	require.NoError(t, err)
+	newer := ms[len(ms)-1].Version + 1
+	for _, c := range []struct {
+		change, undo string
+		args         []any
+		want         error
+	}{
+		{"INSERT INTO ordered_migrations (version, name) VALUES ($1, 'newer')",
+			"DELETE FROM ordered_migrations WHERE version = $1", []any{newer}, schema.ErrSchemaNewer},
+		{"UPDATE ordered_functions SET checksum = 'newer' WHERE name = $1",
+			"UPDATE ordered_functions SET checksum = (SELECT checksum FROM old) WHERE name = $1", []any{"ordered_job_skip"}, schema.ErrNotMigrated},
+	} {
+		_, err := b.pool.Exec(b.ctx, "DROP TABLE IF EXISTS old; CREATE TABLE old AS SELECT checksum FROM ordered_functions WHERE name = 'ordered_job_skip'")
+		require.NoError(t, err)
+		key := fmt.Sprintf("k-%v", c.want)
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		w := startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+			started <- struct{}{}
+			<-release
+			return nil
+		}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, MaintenanceInterval: 20 * time.Millisecond})
+		ids := b.enqueue(t, key, 1)
+		<-started
+		require.NoError(t, w.Err())
+
+		_, err = b.pool.Exec(b.ctx, c.change, c.args...)
+		require.NoError(t, err)
+		waitFor(t, 20*time.Second, "the worker to stop itself", func() bool { return w.Err() != nil })
+		require.ErrorIs(t, w.Err(), c.want)
+		require.Regexp(t, "^ordered: worker stopped: the queue's schema changed under it: schema (is newer than this binary|not migrated)", w.Err().Error())
+		_, err = b.pool.Exec(b.ctx, c.undo, c.args...) // the same binary's functions answer the rest
+		require.NoError(t, err)
+		more := b.enqueue(t, "other-"+key, 1)
+		close(release)
+		<-w.Stopped()
+		require.Equal(t, "done", b.jobStatus(t, ids[0]), "the running job was settled")
+		require.Equal(t, []string{"1:queued:0"}, b.jobsOf(t, "other-"+key), "nothing ran after the stop")
+		_, err = b.pool.Exec(b.ctx, "DELETE FROM ordered_jobs WHERE id = $1", more[0])
+		require.NoError(t, err)
+	}
 }

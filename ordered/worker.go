@@ -89,6 +89,8 @@ type Worker struct {
 	// stopper runs the stop; a panic in it (a loop's, re-raised) is re-raised by Stop.
 	stopper conc.WaitGroup
 	stopped chan struct{}
+	// stopErr is why the worker stopped itself (see Err); nil if it did not.
+	stopErr atomic.Pointer[error]
 }
 
 // NewWorker returns a Worker that runs h. Start it with Start.
@@ -240,6 +242,17 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 
 // Stopped is closed when the worker has stopped and every job it ran is settled.
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// Err says why the worker stopped itself, nil if it did not (it runs, or Stop stopped it). A
+// worker stops itself when the queue's schema changes under it, migrated by another version:
+// the error wraps schema.ErrSchemaNewer or schema.ErrNotMigrated. Start the new version's
+// workers in its place.
+func (w *Worker) Err() error {
+	if err := w.stopErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // openPool opens the worker's own pool: the client's pool's config, WorkerPoolConns
 // connections, none opened before a statement asks for one.

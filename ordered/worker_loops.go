@@ -2,6 +2,8 @@ package ordered
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/orderedq/ordered/ordered/internal/notifier"
 	"github.com/orderedq/ordered/ordered/internal/store"
 	"github.com/orderedq/ordered/policy"
+	"github.com/orderedq/ordered/schema"
 )
 
 // The worker's loops that live in internal packages, built on the worker's pool: the LISTEN
@@ -42,6 +45,7 @@ func (w *Worker) notifier() *notifier.Notifier {
 func (w *Worker) maintainer() *maintenance.Maintainer {
 	m := &maintenance.Maintainer{
 		Interval: w.cfg.MaintenanceInterval,
+		Current:  w.schemaCurrent,
 		FailExhausted: func(ctx context.Context) (int, error) {
 			return w.db.failExhausted(ctx, ExhaustedBatchDefault, func(d policy.Decision) {
 				w.metrics.failures.WithLabelValues(d.String()).Inc()
@@ -62,6 +66,33 @@ func (w *Worker) maintainer() *maintenance.Maintainer {
 	}
 	return m
 }
+
+// schemaCurrent checks that the queue's schema is still this binary's. One that another
+// version migrated (or whose functions changed) since the worker started stops the worker, as
+// Stop does, with the reason in Err: its statements are no longer the ones the functions
+// answer. A check that fails otherwise (the database unreachable) changes nothing.
+func (w *Worker) schemaCurrent(ctx context.Context) bool {
+	err := schema.Check(ctx, w.db.db)
+	if !errors.Is(err, schema.ErrNotMigrated) && !errors.Is(err, schema.ErrSchemaNewer) {
+		return true
+	}
+	err = schemaChangedError{err}
+	w.fetchCancel() // no job starts from now on, before Err tells anyone; Stop does the rest
+	if w.stopErr.CompareAndSwap(nil, &err) {
+		w.log.Error(err.Error())
+		go w.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // it ends with the worker; Err tells why
+	}
+	return false
+}
+
+// schemaChangedError is why a worker stopped itself: the schema check's error, which it wraps.
+type schemaChangedError struct{ err error }
+
+func (e schemaChangedError) Error() string {
+	return "ordered: worker stopped: the queue's schema changed under it: " + strings.TrimPrefix(e.err.Error(), "ordered: ")
+}
+
+func (e schemaChangedError) Unwrap() error { return e.err }
 
 // refreshStats sets the gauges from the queue's shared counts. Passes are jittered down to
 // 0.8 intervals apart: counts of that age are recounted.

@@ -274,3 +274,30 @@ func TestMigrateUpToDateWithoutCreatePrivilege(t *testing.T) {
 	require.Equal(t, "schema is up to date\n", r.stdout)
 	require.Empty(t, r.stderr)
 }
+
+// A worker process whose queue a newer version migrates while it runs stops at its next
+// maintenance pass and exits non-zero, its last line saying why: it is no longer the
+// version that the queue's functions answer.
+func TestWorkExitsWhenTheSchemaChangesUnderIt(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--exec", "true")
+	require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "k/1 done attempts=1") },
+		20*time.Second, 10*time.Millisecond, "worker stderr:\n%s", w.stderr())
+
+	ms, err := schema.Migrations()
+	require.NoError(t, err)
+	newer := ms[len(ms)-1].Version + 1
+	ctx := context.Background()
+	_, err = q.Pool.Exec(ctx, "INSERT INTO ordered_migrations (version, name) VALUES ($1, 'newer')", newer)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := q.Pool.Exec(ctx, "DELETE FROM ordered_migrations WHERE version = $1", newer)
+		require.NoError(t, err)
+	})
+	require.NotZero(t, w.wait(t, 60*time.Second), w.stderr())
+	lines := strings.Split(strings.TrimSpace(w.stderr()), "\n")
+	require.Regexp(t, `^ordered: worker stopped: the queue's schema changed under it: schema is newer than this binary: upgrade ordered \(the database has migrations \[\d+\]; this binary knows up to \d+\)$`,
+		lines[len(lines)-1])
+}

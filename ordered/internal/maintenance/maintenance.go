@@ -1,5 +1,5 @@
 // Package maintenance owns a worker's maintenance loop: every interval (jittered, the first
-// one interval after start) it fails the exhausted jobs of crashed workers, archives finished
+// one interval after start) it checks that the queue's schema is still the worker's, fails the exhausted jobs of crashed workers, archives finished
 // jobs in bounded batches, applies the gap policies of contiguous keys whose gap timed out, and
 // refreshes the gauges. The statements are the owner's, given as
 // funcs; each is short and bounded.
@@ -21,6 +21,9 @@ type Maintainer struct {
 	// gauges may count the whole table, and a worker starting next to a deep backlog should
 	// spend its first moments on jobs.
 	Interval time.Duration
+	// Current reports whether the queue's schema is still the one the worker was built for;
+	// a pass runs its tasks only if it is. nil: always.
+	Current func(ctx context.Context) bool
 	// FailExhausted fails one batch of jobs whose lease expired on their last attempt, and
 	// returns how many it failed.
 	FailExhausted func(ctx context.Context) (int, error)
@@ -59,6 +62,9 @@ func (m *Maintainer) Run(ctx context.Context) {
 // Pass runs one pass of maintenance. An error is logged, unless ctx ended, and the pass goes
 // on with its next task.
 func (m *Maintainer) Pass(ctx context.Context) {
+	if m.Current != nil && !m.Current(ctx) {
+		return
+	}
 	n, err := m.FailExhausted(ctx)
 	if err != nil && ctx.Err() == nil {
 		m.Logger.Error("ordered: maintenance: failing exhausted jobs", "error", err)

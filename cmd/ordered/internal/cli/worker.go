@@ -36,7 +36,8 @@ type workerRun struct {
 }
 
 // runWorker runs a worker until SIGINT or SIGTERM, then drains it: no new jobs, running ones
-// finish. A second signal stops it at once, releasing the running jobs for a retry. A signal
+// finish. A worker that stopped itself (the queue's schema changed under it) ends the run
+// with its error. A second signal stops it at once, releasing the running jobs for a retry. A signal
 // while it connects or starts is a clean stop too: nothing ran, and it returns nil.
 func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	// Catch signals before anything starts, so none is lost. ctx is cancelled by the first
@@ -87,7 +88,11 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	close(running)
 	cfg.Logger.Info("ordered: worker started", "workers", s.worker.Workers, "lease", client.Config().Lease)
 
-	<-sigs
+	select {
+	case <-sigs:
+	case <-w.Stopped(): // it stopped itself: the schema changed under it
+		return w.Err()
+	}
 	close(draining)
 	cfg.Logger.Info("ordered: draining; signal again to stop at once")
 	// ctx ends with the first signal; stopping needs a context of its own.
