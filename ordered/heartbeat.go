@@ -51,6 +51,10 @@ func (w *Worker) startHeartbeatOf(ctx context.Context, cancel context.CancelCaus
 	h.mu.Lock()
 	h.timer = time.AfterFunc(time.Until(next), h.beat)
 	h.mu.Unlock()
+	job.heartbeat = h
+	for _, j := range batch {
+		j.heartbeat = h
+	}
 	return h
 }
 

@@ -42,6 +42,23 @@ type Job struct {
 	// claimedAt is when the claim was sent, by this process's monotonic clock: the lease
 	// cannot have started earlier.
 	claimedAt time.Time
+	// heartbeat renews the lease while a worker's handler runs the job (see Fence).
+	heartbeat *heartbeat
+}
+
+// Fence is when, by this process's clock, a worker cancels the handler's context unless a
+// renewal of the lease succeeds first: StopGrace and a margin before the lease could run out.
+// It moves later with each renewal. A handler that hands the job to something the worker's
+// own timers do not reach (another process) can hold it to the same deadline. Zero outside a
+// worker's handler.
+func (j *Job) Fence() time.Time {
+	h := j.heartbeat
+	if h == nil {
+		return time.Time{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fence
 }
 
 // IdempotencyKey identifies the event's business operation: "key/seq". It is the same on every

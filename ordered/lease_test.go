@@ -1,6 +1,7 @@
 package ordered_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -187,4 +188,33 @@ func TestExhaustedByCrashesBecomesFailed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A handler's job tells its fence: when the worker cancels the handler unless a renewal
+// succeeds first, StopGrace and a tenth of the lease before the lease could run out. Each
+// renewal moves it on. A job claimed by hand has none.
+func TestJobFenceMovesOnWithRenewals(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second
+	b := setup(t, &ordered.Config{Lease: lease})
+	b.enqueue(t, "k", 1)
+	claimed := b.claimOne(t, b.client)
+	require.True(t, claimed.Fence().IsZero())
+	require.NoError(t, b.client.Complete(b.ctx, claimed))
+
+	b.enqueue(t, "k", 2)
+	type seen struct{ before, first, later time.Time }
+	fences := make(chan seen, 1)
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		s := seen{before: time.Now(), first: j.Fence()}
+		for s.later = j.Fence(); !s.later.After(s.first) && ctx.Err() == nil; s.later = j.Fence() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		fences <- s
+		return nil
+	}), &ordered.WorkerConfig{HeartbeatInterval: 200 * time.Millisecond, StopGrace: 500 * time.Millisecond})
+	s := <-fences
+	require.True(t, s.first.Before(s.before.Add(lease-lease/10-500*time.Millisecond)),
+		"the fence is counted from the claim, sent before the handler started: %v, %v", s.first, s.before)
+	require.True(t, s.later.After(s.first), "a renewal moved the fence on")
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,4 +55,40 @@ func TestExecGuardNeedsControlPipe(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, stderr.String(), "control pipe")
 	require.Empty(t, stdout.String())
+}
+
+// A fence written on the control pipe ends the command when it passes, the pipe still open
+// (the worker alive but unable to act); of fences written one after another, the last counts.
+func TestExecGuardEndsTheCommandAtItsFence(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		fences  []time.Duration // from now, written in this order
+		command string
+		want    int
+	}{
+		{"passes", []time.Duration{300 * time.Millisecond}, "sleep 1000", 128 + 15},
+		{"moved on", []time.Duration{300 * time.Millisecond, time.Hour}, "sleep 2; exit 5", 5},
+		{"moved back", []time.Duration{time.Hour, 300 * time.Millisecond}, "sleep 1000", 128 + 15},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			control, keep, err := os.Pipe()
+			require.NoError(t, err)
+			defer keep.Close()
+			cmd := exec.Command(cliBin, execguard.Name, "--grace", "1s", "--", c.command)
+			cmd.ExtraFiles = []*os.File{control}
+			start := time.Now()
+			require.NoError(t, cmd.Start())
+			control.Close()
+			for _, f := range c.fences {
+				require.NoError(t, execguard.WriteFence(keep, start.Add(f)))
+			}
+			err = cmd.Wait()
+			require.Equal(t, c.want, cmd.ProcessState.ExitCode(), "%v", err)
+			if c.want != 5 {
+				require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "not before the fence")
+			}
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -444,4 +445,31 @@ func TestWorkNameIsRecordedWithItsClaims(t *testing.T) {
 			`SELECT claimed_by FROM ordered_jobs WHERE key = 'a'`).Scan(&name))
 		require.Regexp(t, tc.want, name)
 	}
+}
+
+// A worker stopped (SIGSTOP) while its command runs can neither renew the lease nor end the
+// command; the command's guard ends it at the job's fence by its own clock, before the lease
+// that the stopped worker still holds runs out, so that the job's next claim never overlaps it.
+func TestWorkStoppedWorkersCommandEndsBeforeItsLease(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--lease", "12s", "--kill-grace", "2s", "--exec",
+		`trap 'echo trapped > "$ORDERED_TEST_DIR/trap"; exit 143' TERM; sleep 1000 & echo $! > "$ORDERED_TEST_DIR/child"; wait`)
+	child := w.waitPID(t, "child")
+	var version int64
+	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT claim_version FROM ordered_jobs WHERE id = 1").Scan(&version))
+	w.signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
+
+	require.Eventually(t, func() bool { return processGone(child) && len(processesOf(w)) == 0 },
+		30*time.Second, 10*time.Millisecond, "the command outlived its stopped worker's fence: %v", processesOf(w))
+	var leased bool
+	require.NoError(t, q.Pool.QueryRow(context.Background(),
+		"SELECT status = 'running' AND claim_version = $1 AND lease_until > now() FROM ordered_jobs WHERE id = 1", version).Scan(&leased))
+	require.True(t, leased, "the command must be gone while the stopped worker's claim still holds")
+	require.Equal(t, "trapped\n", w.file("trap"), "SIGTERM first")
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/stat")
+	require.NoError(t, err)
+	require.Equal(t, "T", strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))[0], "the worker is still stopped")
 }

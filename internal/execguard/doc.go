@@ -7,6 +7,9 @@
 // starts stays its descendant, also one that leaves the group or whose parent exits. The guard
 // holds the read end of a control pipe whose write end only the caller of Run holds: when the
 // caller closes it (its context is done) or dies, even by SIGKILL, the guard terminates the
-// whole tree, SIGTERM, then SIGKILL after the grace. When COMMAND exits, what it left running
+// whole tree, SIGTERM, then SIGKILL after the grace. The caller may also write a fence on it
+// (Command.Fence): the guard then terminates the tree when the fence passes by its own clock,
+// unless a later fence came first, so that a caller that is stopped or frozen (SIGSTOP, a
+// debugger) cannot keep the command running past it. When COMMAND exits, what it left running
 // is ended the same way, and the guard exits only once no descendant is left.
 package execguard

@@ -2,6 +2,7 @@ package execguard
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,10 @@ type Command struct {
 	Shell string
 	// Grace is how long the command's processes get between SIGTERM and SIGKILL.
 	Grace time.Duration
+	// Fence, if set, is when the guard terminates the command by its own clock, asked again
+	// every fencePoll: it holds the command to the deadline also when the caller can no
+	// longer act (stopped by SIGSTOP, frozen), and a later answer moves the deadline on.
+	Fence func() time.Time
 	// Env is the command's whole environment.
 	Env            []string
 	Stdin          io.Reader
@@ -60,20 +65,75 @@ func Run(ctx context.Context, c Command) error {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	select {
-	case err := <-waited:
-		return err
-	case <-ctx.Done():
-		keep.Close() // the guard terminates the command: SIGTERM now, SIGKILL after the grace
-		<-waited
-		return context.Cause(ctx)
+	var poll <-chan time.Time
+	var sent time.Time
+	if c.Fence != nil {
+		ticker := time.NewTicker(fencePoll)
+		defer ticker.Stop()
+		poll = ticker.C
+		sent = c.Fence()
+		// A guard that cannot read its fence ends the command at once (the pipe breaks).
+		_ = WriteFence(keep, sent)
+	}
+	for {
+		select {
+		case err := <-waited:
+			return err
+		case <-ctx.Done():
+			keep.Close() // the guard terminates the command: SIGTERM now, SIGKILL after the grace
+			<-waited
+			return context.Cause(ctx)
+		case <-poll:
+			if f := c.Fence(); !f.Equal(sent) {
+				sent = f
+				_ = WriteFence(keep, f)
+			}
+		}
+	}
+}
+
+// fencePoll is how often Run asks for a Command's fence.
+const fencePoll = 100 * time.Millisecond
+
+// WriteFence tells a guard, on its control pipe w, to terminate its command at fence (this
+// process's clock): the time on the system's monotonic clock, which the guard shares, as 8
+// bytes, big-endian nanoseconds.
+func WriteFence(w io.Writer, fence time.Time) error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(monotonicNow()+int64(time.Until(fence))))
+	_, err := w.Write(b[:])
+	return err
+}
+
+// monotonicNow is CLOCK_MONOTONIC in nanoseconds: one clock for every process of the system.
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// readFences reads the fences written on the control pipe (WriteFence) and passes each on,
+// until the pipe ends; then it closes ended.
+func readFences(control io.Reader, fences chan int64, ended chan<- struct{}) {
+	defer close(ended)
+	var b [8]byte
+	for {
+		if _, err := io.ReadFull(control, b[:]); err != nil {
+			return
+		}
+		select { // the latest fence is the one that counts
+		case <-fences:
+		default:
+		}
+		fences <- int64(binary.BigEndian.Uint64(b[:]))
 	}
 }
 
 // Supervise is the guard: it runs command until it and everything it started are gone and
 // returns its exit code, or 128+N if a signal N ended it. It terminates the whole tree
-// (SIGTERM, then SIGKILL after grace) when its control pipe reaches EOF, when ctx is done, and
-// when command exits leaving processes behind. The caller cancels ctx on SIGTERM and SIGINT:
+// (SIGTERM, then SIGKILL after grace) when its control pipe reaches EOF, when the last fence
+// written on it passes (WriteFence), when ctx is done, and when command exits leaving
+// processes behind. The caller cancels ctx on SIGTERM and SIGINT:
 // caught, so that command does not inherit them ignored.
 func Supervise(ctx context.Context, command string, grace time.Duration) (int, error) {
 	var st syscall.Stat_t
@@ -97,15 +157,25 @@ func Supervise(ctx context.Context, command string, grace time.Duration) (int, e
 	t := &tree{self: os.Getpid(), pgid: pid, exited: make(chan struct{}), empty: make(chan struct{})}
 	go t.reap(pid)
 	stop := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, control) // the worker never writes: this returns at EOF
-		close(stop)
-	}()
+	fences := make(chan int64, 1)
+	go readFences(control, fences, stop)
 
-	select {
-	case <-t.exited:
-	case <-stop:
-	case <-ctx.Done():
+	fence := time.NewTimer(time.Duration(1<<63 - 1))
+	defer fence.Stop()
+wait:
+	for {
+		select {
+		case <-t.exited:
+			break wait
+		case <-stop:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-fence.C:
+			break wait
+		case at := <-fences:
+			fence.Reset(time.Duration(at - monotonicNow()))
+		}
 	}
 	select {
 	case <-t.empty:

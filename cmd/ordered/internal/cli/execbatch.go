@@ -64,7 +64,7 @@ func execBatchHandler(c execConfig, a *app) ordered.BatchHandlerFunc {
 			"ORDERED_LAST_SEQ="+strconv.FormatInt(jobs[len(jobs)-1].Seq, 10),
 			"ORDERED_PROGRESS_FILE="+progress.Name())
 		err = execguard.Run(ctx, execguard.Command{
-			Shell: c.command, Grace: c.grace, Env: env,
+			Shell: c.command, Grace: c.grace, Env: env, Fence: jobs[0].Fence,
 			Stdin: &stdin, Stdout: a.stdout, Stderr: a.stderr,
 		})
 		if err == nil {
