@@ -91,6 +91,9 @@ type Worker struct {
 	stopped chan struct{}
 	// stopErr is why the worker stopped itself (see Err); nil if it did not.
 	stopErr atomic.Pointer[error]
+	// schemaStale counts the maintenance passes in a row whose check found the queue's schema
+	// migrated by another version (maintenance's goroutine only).
+	schemaStale int
 }
 
 // NewWorker returns a Worker that runs h. Start it with Start.
@@ -191,31 +194,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // it started, or while it starts, never starts.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.lifecycle.Lock()
-	if !w.stopping {
-		w.stopping = true
-		switch {
-		case !w.started:
-			close(w.stopped)
-		case w.fetchCancel == nil:
-			// Starting (Start closes stopped when it sees the stop), or its start failed,
-			// which closed stopped.
-		default:
-			w.fetchCancel()
-			w.stopper.Go(func() {
-				defer close(w.stopped)
-				// Every step runs, whatever panicked before it; the first panic is re-raised.
-				var pc panics.Catcher
-				for _, s := range w.loops {
-					pc.Try(s.Stop)
-				}
-				pc.Try(w.jobs.Wait)
-				pc.Try(w.completions.Stop) // no job waits for a batch any more
-				w.workCancel(nil)
-				w.db.pool.Close() // every statement of the worker's has returned
-				pc.Repanic()
-			})
-		}
-	}
+	w.stopLocked()
 	w.lifecycle.Unlock()
 	select {
 	case <-w.stopped:
@@ -223,6 +202,37 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// stopLocked begins the stop, once (lifecycle held): fetching ends at once, and the stopper
+// waits for the loops, then the jobs, then their completions.
+func (w *Worker) stopLocked() {
+	if w.stopping {
+		return
+	}
+	w.stopping = true
+	switch {
+	case !w.started:
+		close(w.stopped)
+	case w.fetchCancel == nil:
+		// Starting (Start closes stopped when it sees the stop), or its start failed, which
+		// closed stopped.
+	default:
+		w.fetchCancel()
+		w.stopper.Go(func() {
+			defer close(w.stopped)
+			// Every step runs, whatever panicked before it; the first panic is re-raised.
+			var pc panics.Catcher
+			for _, s := range w.loops {
+				pc.Try(s.Stop)
+			}
+			pc.Try(w.jobs.Wait)
+			pc.Try(w.completions.Stop) // no job waits for a batch any more
+			w.workCancel(nil)
+			w.db.pool.Close() // every statement of the worker's has returned
+			pc.Repanic()
+		})
 	}
 }
 
@@ -244,9 +254,10 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 
 // Err says why the worker stopped itself, nil if it did not (it runs, or Stop stopped it). A
-// worker stops itself when the queue's schema changes under it, migrated by another version:
-// the error wraps schema.ErrSchemaNewer or schema.ErrNotMigrated. Start the new version's
-// workers in its place.
+// worker stops itself, as Stop does, when two maintenance passes in a row find the queue's
+// schema migrated by another version: the error wraps schema.ErrSchemaNewer or
+// schema.ErrNotMigrated (the functions differ). Run that version's workers in its place; a
+// migrate by this one would put its own functions back under them.
 func (w *Worker) Err() error {
 	if err := w.stopErr.Load(); err != nil {
 		return *err

@@ -68,8 +68,9 @@ type WorkerConfig struct {
 	// another worker's claim of its job. Default Lease/6; it must be shorter than
 	// 9/10 of the lease less HeartbeatInterval.
 	StopGrace time.Duration
-	// MaintenanceInterval is how often the worker fails exhausted jobs of crashed workers,
-	// archives finished jobs and refreshes the gauges. Default MaintenanceIntervalDefault.
+	// MaintenanceInterval is how often the worker checks the queue's schema (see Worker.Err),
+	// fails exhausted jobs of crashed workers, archives finished jobs and refreshes the gauges.
+	// Default MaintenanceIntervalDefault.
 	MaintenanceInterval time.Duration
 	// MaxAttempts, when positive, caps the attempts of the jobs this worker runs: a job fails
 	// for good after that many attempts even if it was enqueued with more.

@@ -68,28 +68,48 @@ func (w *Worker) maintainer() *maintenance.Maintainer {
 }
 
 // schemaCurrent checks that the queue's schema is still this binary's. One that another
-// version migrated (or whose functions changed) since the worker started stops the worker, as
-// Stop does, with the reason in Err: its statements are no longer the ones the functions
-// answer. A check that fails otherwise (the database unreachable) changes nothing.
+// version migrated (or whose functions changed) since the worker started, as two passes in a
+// row find it, stops the worker as Stop does, with the reason in Err: its statements are no
+// longer the ones the functions answer. A check that fails otherwise (the database
+// unreachable), or that reads another schema than the worker's (a session whose search_path
+// was changed), counts for nothing.
 func (w *Worker) schemaCurrent(ctx context.Context) bool {
-	err := schema.Check(ctx, w.db.db)
-	if !errors.Is(err, schema.ErrNotMigrated) && !errors.Is(err, schema.ErrSchemaNewer) {
+	current, err := schema.CurrentSchema(ctx, w.db.db)
+	if current != w.schema || !errors.Is(err, schema.ErrNotMigrated) && !errors.Is(err, schema.ErrSchemaNewer) {
+		w.schemaStale = 0
 		return true
 	}
+	if w.schemaStale++; w.schemaStale < schemaStalePasses {
+		w.log.Warn("ordered: the queue's schema is not this version's; the worker stops if the next check agrees", "error", err)
+		return false
+	}
 	err = schemaChangedError{err}
-	w.fetchCancel() // no job starts from now on, before Err tells anyone; Stop does the rest
-	if w.stopErr.CompareAndSwap(nil, &err) {
+	w.lifecycle.Lock()
+	defer w.lifecycle.Unlock()
+	if !w.stopping { // not stopped already by its owner
+		w.stopLocked() // no job starts from now on; the stopper does the rest
+		w.stopErr.Store(&err)
 		w.log.Error(err.Error())
-		go w.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // it ends with the worker; Err tells why
 	}
 	return false
 }
 
-// schemaChangedError is why a worker stopped itself: the schema check's error, which it wraps.
+// schemaStalePasses is how many maintenance passes in a row must find the queue's schema
+// migrated by another version before the worker stops itself.
+const schemaStalePasses = 2
+
+// schemaChangedError is why a worker stopped itself: the schema check's error, which it wraps
+// (schema.ErrSchemaNewer or schema.ErrNotMigrated), told without that error's advice to
+// migrate: a migrate by this older binary would put its functions back under the newer
+// version's workers.
 type schemaChangedError struct{ err error }
 
 func (e schemaChangedError) Error() string {
-	return "ordered: worker stopped: the queue's schema changed under it: " + strings.TrimPrefix(e.err.Error(), "ordered: ")
+	detail := e.err.Error()
+	for _, sentinel := range []error{schema.ErrSchemaNewer, schema.ErrNotMigrated} {
+		detail = strings.TrimPrefix(detail, sentinel.Error())
+	}
+	return "ordered: worker stopped: another version migrated the queue under it; run that version's workers" + detail
 }
 
 func (e schemaChangedError) Unwrap() error { return e.err }

@@ -16,7 +16,9 @@
 //
 // Check tells in one round trip whether a database is exactly what this binary embeds:
 // ErrNotMigrated when migrations or functions are missing or differ, ErrSchemaNewer when a newer
-// version migrated it. Worker.Start and the CLI's queue commands call it before anything else.
+// version migrated it. Worker.Start and the CLI's queue commands call it before anything else,
+// and a running worker at each maintenance pass (it stops itself when another version migrated
+// the queue).
 // Run Migrate from the newest binary: a function file's checksum says that it changed, not which
 // text is newer.
 //

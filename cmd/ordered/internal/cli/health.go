@@ -58,6 +58,9 @@ func notReady(ctx context.Context, r workerRun) string {
 		return "draining"
 	default:
 	}
+	if err := r.worker.Err(); err != nil {
+		return "stopping: " + oneLine(err.Error())
+	}
 	select {
 	case <-r.running:
 	default:

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -101,10 +102,10 @@ func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	go func() { stopped <- w.Stop(stopCtx) }()
 	select {
 	case err := <-stopped:
-		return err
+		return cmp.Or(err, w.Err())
 	case <-sigs:
 		cfg.Logger.Info("ordered: stopping at once; running jobs go back to the queue, their attempts not counted")
-		return w.StopAndCancel(stopCtx)
+		return cmp.Or(w.StopAndCancel(stopCtx), w.Err())
 	}
 }
 
