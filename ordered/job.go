@@ -49,8 +49,8 @@ type Job struct {
 // Fence is when, by this process's clock, a worker cancels the handler's context unless a
 // renewal of the lease succeeds first: StopGrace and a margin before the lease could run out.
 // It moves later with each renewal. A handler that hands the job to something the worker's
-// own timers do not reach (another process) can hold it to the same deadline. Zero outside a
-// worker's handler.
+// own timers do not reach (another process) can hold it to the same deadline. Zero for a job
+// that no worker's handler runs; once the handler has returned it moves no more.
 func (j *Job) Fence() time.Time {
 	h := j.heartbeat
 	if h == nil {

@@ -68,7 +68,7 @@ func TestExecGuardEndsTheCommandAtItsFence(t *testing.T) {
 		want    int
 	}{
 		{"passes", []time.Duration{300 * time.Millisecond}, "sleep 1000", 128 + 15},
-		{"moved on", []time.Duration{300 * time.Millisecond, time.Hour}, "sleep 2; exit 5", 5},
+		{"moved on", []time.Duration{2 * time.Second, time.Hour}, "sleep 3; exit 5", 5},
 		{"moved back", []time.Duration{time.Hour, 300 * time.Millisecond}, "sleep 1000", 128 + 15},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -473,3 +473,15 @@ func TestWorkStoppedWorkersCommandEndsBeforeItsLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "T", strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))[0], "the worker is still stopped")
 }
+
+// A command that runs past its job's first fence, its worker renewing the lease, runs to its
+// end: each renewal's fence reaches the guard before the one before it passes.
+func TestWorkRenewedCommandOutlivesItsFirstFence(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	// The first fence: 3s less a tenth and the grace, 2.2s after the claim.
+	w := startCLIWorker(t, q, "--lease", "3s", "--kill-grace", "500ms", "--exec", "sleep 5")
+	require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "k/1 done attempts=1") },
+		30*time.Second, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
+}

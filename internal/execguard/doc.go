@@ -9,7 +9,8 @@
 // caller closes it (its context is done) or dies, even by SIGKILL, the guard terminates the
 // whole tree, SIGTERM, then SIGKILL after the grace. The caller may also write a fence on it
 // (Command.Fence): the guard then terminates the tree when the fence passes by its own clock,
-// unless a later fence came first, so that a caller that is stopped or frozen (SIGSTOP, a
-// debugger) cannot keep the command running past it. When COMMAND exits, what it left running
+// unless a later fence came first, so that a caller that is stopped (SIGSTOP, a debugger)
+// cannot keep the command running past it. A freeze of the guard too (a paused cgroup or
+// machine) holds the command with it; it is ended as soon as the guard runs again. When COMMAND exits, what it left running
 // is ended the same way, and the guard exits only once no descendant is left.
 package execguard

@@ -31,9 +31,10 @@ type Command struct {
 	Shell string
 	// Grace is how long the command's processes get between SIGTERM and SIGKILL.
 	Grace time.Duration
-	// Fence, if set, is when the guard terminates the command by its own clock, asked again
-	// every fencePoll: it holds the command to the deadline also when the caller can no
-	// longer act (stopped by SIGSTOP, frozen), and a later answer moves the deadline on.
+	// Fence, if set, is when the guard terminates the command by its own clock (zero: none),
+	// asked again at times up to fencePollMax apart: it holds the command to the deadline also
+	// when the caller can no longer act (stopped by SIGSTOP, or in a debugger), and a later
+	// answer moves the deadline on.
 	Fence func() time.Time
 	// Env is the command's whole environment.
 	Env            []string
@@ -65,15 +66,11 @@ func Run(ctx context.Context, c Command) error {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	var poll <-chan time.Time
 	var sent time.Time
+	poll := time.NewTimer(time.Duration(1<<63 - 1))
+	defer poll.Stop()
 	if c.Fence != nil {
-		ticker := time.NewTicker(fencePoll)
-		defer ticker.Stop()
-		poll = ticker.C
-		sent = c.Fence()
-		// A guard that cannot read its fence ends the command at once (the pipe breaks).
-		_ = WriteFence(keep, sent)
+		sent = c.sendFence(keep, sent, poll)
 	}
 	for {
 		select {
@@ -83,17 +80,38 @@ func Run(ctx context.Context, c Command) error {
 			keep.Close() // the guard terminates the command: SIGTERM now, SIGKILL after the grace
 			<-waited
 			return context.Cause(ctx)
-		case <-poll:
-			if f := c.Fence(); !f.Equal(sent) {
-				sent = f
-				_ = WriteFence(keep, f)
-			}
+		case <-poll.C:
+			sent = c.sendFence(keep, sent, poll)
 		}
 	}
 }
 
-// fencePoll is how often Run asks for a Command's fence.
-const fencePoll = 100 * time.Millisecond
+// sendFence writes c's fence on the control pipe if it is not the one sent last, and sets poll
+// for the next look: fencePollMax apart, closer as the fence nears (a quarter of what is
+// left), so that a fence moved on by a renewal reaches the guard before the old one passes;
+// once it has passed, the guard is ending the command. A zero fence is none. A write that fails finds the guard gone, or not reading.
+func (c *Command) sendFence(keep *os.File, sent time.Time, poll *time.Timer) time.Time {
+	f := c.Fence()
+	if !f.IsZero() && !f.Equal(sent) {
+		_ = keep.SetWriteDeadline(time.Now().Add(fenceWriteTimeout))
+		_ = WriteFence(keep, f)
+		sent = f
+	}
+	next := fencePollMax
+	if left := time.Until(f); !f.IsZero() && left > 0 {
+		next = min(next, max(left/4, fencePollMin))
+	}
+	poll.Reset(next)
+	return sent
+}
+
+// How often Run asks for a Command's fence, at most and at least; how long a write of it may
+// wait for the guard to read.
+const (
+	fencePollMax      = 100 * time.Millisecond
+	fencePollMin      = time.Millisecond
+	fenceWriteTimeout = time.Second
+)
 
 // WriteFence tells a guard, on its control pipe w, to terminate its command at fence (this
 // process's clock): the time on the system's monotonic clock, which the guard shares, as 8
@@ -172,6 +190,12 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case <-fence.C:
+			select {
+			case at := <-fences: // a later fence came as the old one passed
+				fence.Reset(time.Duration(at - monotonicNow()))
+				continue
+			default:
+			}
 			break wait
 		case at := <-fences:
 			fence.Reset(time.Duration(at - monotonicNow()))
