@@ -11,6 +11,7 @@
 // (Command.Fence): the guard then terminates the tree when the fence passes by its own clock,
 // unless a later fence came first, so that a caller that is stopped (SIGSTOP, a debugger)
 // cannot keep the command running past it. A freeze of the guard too (a paused cgroup or
-// machine) holds the command with it; it is ended as soon as the guard runs again. When COMMAND exits, what it left running
-// is ended the same way, and the guard exits only once no descendant is left.
+// machine) holds the command with it; it is ended as soon as the guard runs again. When
+// COMMAND exits, what it left running is ended the same way, and the guard exits only once no
+// descendant is left.
 package execguard

@@ -89,7 +89,8 @@ func Run(ctx context.Context, c Command) error {
 // sendFence writes c's fence on the control pipe if it is not the one sent last, and sets poll
 // for the next look: fencePollMax apart, closer as the fence nears (a quarter of what is
 // left), so that a fence moved on by a renewal reaches the guard before the old one passes;
-// once it has passed, the guard is ending the command. A zero fence is none. A write that fails finds the guard gone, or not reading.
+// once it has passed, the guard is ending the command. A zero fence is none. A write that
+// fails finds the guard gone, or not reading.
 func (c *Command) sendFence(keep *os.File, sent time.Time, poll *time.Timer) time.Time {
 	f := c.Fence()
 	if !f.IsZero() && !f.Equal(sent) {
@@ -151,8 +152,8 @@ func readFences(control io.Reader, fences chan int64, ended chan<- struct{}) {
 // returns its exit code, or 128+N if a signal N ended it. It terminates the whole tree
 // (SIGTERM, then SIGKILL after grace) when its control pipe reaches EOF, when the last fence
 // written on it passes (WriteFence), when ctx is done, and when command exits leaving
-// processes behind. The caller cancels ctx on SIGTERM and SIGINT:
-// caught, so that command does not inherit them ignored.
+// processes behind. The caller cancels ctx on SIGTERM and SIGINT: caught, so that command does
+// not inherit them ignored.
 func Supervise(ctx context.Context, command string, grace time.Duration) (int, error) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(controlFD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {

@@ -34,8 +34,8 @@ type execConfig struct {
 // execHandler runs the command once per job (see workCmd) under a guard (package
 // execguard), which terminates the command's whole process tree, SIGTERM, then SIGKILL after
 // the grace, when the job's context is done, when this process dies, and at the job's fence
-// (Job.Fence) by the guard's own clock, so also when this process is stopped. The handler returns once the
-// guard exited, so no process of a command outlives its job's handler.
+// (Job.Fence) by the guard's own clock, so also when this process is stopped. The handler
+// returns once the guard exited, so no process of a command outlives its job's handler.
 func execHandler(c execConfig, a *app) ordered.HandlerFunc {
 	return func(ctx context.Context, job *ordered.Job) error {
 		err := execguard.Run(ctx, execguard.Command{

@@ -38,8 +38,8 @@ type workerRun struct {
 
 // runWorker runs a worker until SIGINT or SIGTERM, then drains it: no new jobs, running ones
 // finish. A worker that stopped itself (the queue's schema changed under it) ends the run
-// with its error. A second signal stops it at once, releasing the running jobs for a retry. A signal
-// while it connects or starts is a clean stop too: nothing ran, and it returns nil.
+// with its error. A second signal stops it at once, releasing the running jobs for a retry. A
+// signal while it connects or starts is a clean stop too: nothing ran, and it returns nil.
 func (a *app) runWorker(ctx context.Context, s workerSetup) error {
 	// Catch signals before anything starts, so none is lost. ctx is cancelled by the first
 	// one too (see Main): connecting and starting give up at once.
