@@ -7,8 +7,11 @@
 //   - functions/NAME.sql: one SQL function a file (CREATE OR REPLACE FUNCTION NAME, with its SET
 //     clauses), applied after the migrations whenever its text changes (by checksum, recorded in
 //     ordered_functions). The file holds the function's current definition: a change to it is a
-//     diff of that file. A change of its signature or result type starts the file with the
-//     DROP FUNCTION it needs; removing a function is a migration that drops it.
+//     diff of that file, and the file never drops anything (a DROP there would run again at
+//     every later change of the file, taking the function's grants with it). A change of a
+//     signature or result type is a migration that drops the old function and deletes its row
+//     of ordered_functions, so that the file is applied again; removing a function is a
+//     migration that drops it.
 //
 // Everything runs in one transaction under an advisory lock, so several processes may migrate
 // the same database at once (one applies, the others wait and then find nothing to do), and

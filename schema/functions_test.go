@@ -28,6 +28,7 @@ type definition struct {
 var (
 	createRE = regexp.MustCompile(`(?m)^CREATE OR REPLACE FUNCTION (\w+)\(`)
 	setRE    = regexp.MustCompile(`(?m)^SET (\w+) = (\S+)$`)
+	dropRE   = regexp.MustCompile(`(?mi)^\s*DROP\s`)
 )
 
 func parseDefinition(t *testing.T, f schema.Function) definition {
@@ -35,6 +36,7 @@ func parseDefinition(t *testing.T, f schema.Function) definition {
 	creates := createRE.FindAllStringSubmatch(f.SQL, -1)
 	require.Len(t, creates, 1, "functions/%s.sql defines one function", f.Name)
 	require.Equal(t, f.Name, creates[0][1], "functions/%s.sql is named after its function", f.Name)
+	require.NotRegexp(t, dropRE, f.SQL, "functions/%s.sql drops nothing: a migration does (schema/doc.go)", f.Name)
 	head, rest, ok := strings.Cut(f.SQL, "AS $$")
 	require.True(t, ok, "functions/%s.sql: AS $$ ... $$;", f.Name)
 	body, _, ok := strings.Cut(rest, "$$;")
@@ -144,6 +146,78 @@ func TestMigrateReappliesOnlyChangedFunctions(t *testing.T) {
 	applied, err = schema.Migrate(ctx, q.Pool)
 	require.NoError(t, err)
 	require.Equal(t, []string{"ordered_job_skip"}, applied.Functions)
+}
+
+// A changed function file is applied with CREATE OR REPLACE: the function keeps the grants an
+// operator gave on it.
+func TestMigrateKeepsTheGrantsOfChangedFunctions(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := uniqueName("ordered_migrate_grants")
+	admin := newSchema(ctx, t, name)
+	pool := schemaPool(ctx, t, name, "")
+	_, err := schema.Migrate(ctx, pool)
+	require.NoError(t, err)
+	roleName := uniqueName("ordered_grants_role")
+	role := newRole(ctx, t, admin, roleName)
+	ident := pgx.Identifier{name}.Sanitize()
+	for _, sql := range []string{
+		"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA " + ident + " FROM PUBLIC",
+		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA " + ident + " TO " + role,
+	} {
+		_, err = admin.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+
+	fns, err := schema.Functions()
+	require.NoError(t, err)
+	changes := map[string]string{}
+	for _, f := range fns {
+		changes["functions/"+f.Name+".sql"] = strings.Replace(f.SQL, "$$;", "-- changed\n$$;", 1)
+	}
+	applied, err := schema.MigrateFS(ctx, pool, fsWith(t, changes))
+	require.NoError(t, err)
+	require.Len(t, applied.Functions, len(fns))
+
+	var ungranted []string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(array_agg(p.proname::text ORDER BY p.proname), '{}')
+		FROM pg_proc AS p
+		WHERE p.pronamespace = current_schema()::regnamespace
+		  AND NOT EXISTS (SELECT 1 FROM aclexplode(p.proacl) AS a
+		                  WHERE a.grantee = $1::regrole AND a.privilege_type = 'EXECUTE')`,
+		roleName).Scan(&ungranted))
+	require.Empty(t, ungranted, "functions that lost the role's grant")
+}
+
+// A migration that drops a function (a change of its result type) has it created again from
+// its file: an upgrade from a schema with the old definition ends with the file's.
+func TestMigrateCreatesAgainAFunctionAMigrationDropped(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	// The schema as the version before migration 7 left it: ordered_jobs_complete_batch
+	// without its recovered column, recorded under that text's checksum.
+	for _, sql := range []string{
+		`DELETE FROM ordered_migrations WHERE version = 7`,
+		`DROP FUNCTION ordered_jobs_complete_batch(bigint[], bigint[], integer, integer, interval)`,
+		`CREATE FUNCTION ordered_jobs_complete_batch(p_ids bigint[], p_versions bigint[], p_next_limit integer,
+		                                             p_batch integer, p_lease interval)
+		 RETURNS TABLE (completed boolean, id bigint) LANGUAGE sql AS 'SELECT true, 0::bigint'`,
+		`UPDATE ordered_functions SET checksum = 'before 7' WHERE name = 'ordered_jobs_complete_batch'`,
+	} {
+		_, err := q.Pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	applied, err := schema.Migrate(ctx, q.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{7}, applied.Migrations)
+	require.Equal(t, []string{"ordered_jobs_complete_batch"}, applied.Functions)
+	var result string
+	require.NoError(t, q.Pool.QueryRow(ctx, `SELECT pg_get_function_result(p.oid) FROM pg_proc AS p
+		WHERE p.proname = 'ordered_jobs_complete_batch' AND p.pronamespace = current_schema()::regnamespace`).Scan(&result))
+	require.Contains(t, result, "recovered boolean")
+	require.NoError(t, schema.Check(ctx, q.Pool))
 }
 
 // A function whose body does not compile fails the migration, which changes nothing.

@@ -11,7 +11,6 @@
 -- without waiting, as ordered_jobs_claim_batch does. Rows as ordered_jobs_complete's (the
 -- completed claims, then the claimed jobs), with recovered set on a job that the trailing claim
 -- took back from an expired lease.
-DROP FUNCTION IF EXISTS ordered_jobs_complete_batch(bigint[], bigint[], integer, integer, interval);
 CREATE OR REPLACE FUNCTION ordered_jobs_complete_batch(p_ids bigint[], p_versions bigint[],
                                                        p_next_limit integer, p_batch integer,
                                                        p_lease interval)
