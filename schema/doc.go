@@ -26,5 +26,6 @@
 // text is newer.
 //
 // Objects are created unqualified, in the first schema of the connection's search_path, so a
-// queue can live in any schema (the tests give every test its own).
+// queue can live in any schema (the tests give every test its own). Migrate refuses a queue
+// that the search_path finds past its first schema: its new objects would land apart from it.
 package schema

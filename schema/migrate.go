@@ -20,6 +20,9 @@ import (
 //go:embed migrations/*.sql functions/*.sql
 var files embed.FS
 
+//go:embed queries/migrator_tables.sql
+var migratorTablesSQL string
+
 // Migration is one embedded schema version: tables, indexes, types.
 type Migration struct {
 	Version int
@@ -103,12 +106,6 @@ const (
 	// database migrate independently.
 	migrateLockSQL = `SELECT pg_advisory_xact_lock(hashtext('ordered.migrate.' || current_schema()))`
 
-	// Which of the migrator's tables the current schema has: CREATE TABLE IF NOT EXISTS needs
-	// the CREATE privilege even when the table exists, and a role without it may check for
-	// updates.
-	migratorTablesSQL = `SELECT to_regclass('ordered_migrations') IS NOT NULL,
-       to_regclass('ordered_functions') IS NOT NULL`
-
 	migrationsTableSQL = `CREATE TABLE ordered_migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
@@ -163,14 +160,24 @@ func migrate(ctx context.Context, conn Conn, fsys fs.FS) (*Applied, error) {
 	if _, err := tx.Exec(ctx, migrateLockSQL); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: lock: %w", err)
 	}
-	var haveMigrations, haveFunctions bool
-	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&haveMigrations, &haveFunctions); err != nil {
+	var migrationsIn, functionsIn, current string
+	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&migrationsIn, &functionsIn, &current); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	// A queue that the search_path finds past its first schema cannot be migrated from here:
+	// its new objects would be created in the first schema, apart from it.
+	for _, found := range []string{migrationsIn, functionsIn} {
+		if found != "" && found != current {
+			return nil, fmt.Errorf("ordered: migrate: the search_path finds the queue in schema %q, "+
+				"but its first schema is %q, where migrate would create the queue's objects: "+
+				"put %q first in the search_path to migrate that queue, or leave it out to create one in %q",
+				found, current, found, current)
+		}
 	}
 	for _, t := range []struct {
 		have bool
 		sql  string
-	}{{haveMigrations, migrationsTableSQL}, {haveFunctions, functionsTableSQL}} {
+	}{{migrationsIn != "", migrationsTableSQL}, {functionsIn != "", functionsTableSQL}} {
 		if t.have {
 			continue
 		}

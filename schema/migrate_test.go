@@ -96,3 +96,29 @@ func newSchema(ctx context.Context, t *testing.T, name string) *pgx.Conn {
 // uniqueName is base made this test process's own, so two suites on one server do not share
 // a schema or a role.
 func uniqueName(base string) string { return fmt.Sprintf("%s_%d", base, os.Getpid()) }
+
+// Migrate refuses a queue that the search_path finds past its first schema, whose new objects
+// it would create apart from the queue, and creates nothing; with the queue's schema first, it
+// migrates it.
+func TestMigrateRefusesAQueuePastTheFirstSchema(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	queue, first := uniqueName("ordered_migrate_queue"), uniqueName("ordered_migrate_first")
+	newSchema(ctx, t, queue)
+	admin := newSchema(ctx, t, first)
+	_, err := schema.Migrate(ctx, schemaPool(ctx, t, queue, ""))
+	require.NoError(t, err)
+
+	_, err = schema.Migrate(ctx, schemaPool(ctx, t, first+","+queue, ""))
+	require.ErrorContains(t, err, fmt.Sprintf(`the search_path finds the queue in schema %q, but its first schema is %q`, queue, first))
+	var objects int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace)
+		+ (SELECT count(*) FROM pg_proc WHERE pronamespace = $1::regnamespace)`, first).Scan(&objects))
+	require.Zero(t, objects, "nothing is created in the first schema")
+
+	applied, err := schema.Migrate(ctx, schemaPool(ctx, t, queue+","+first, ""))
+	require.NoError(t, err)
+	require.Empty(t, applied.Migrations)
+	require.Empty(t, applied.Functions)
+}
