@@ -160,13 +160,13 @@ func migrate(ctx context.Context, conn Conn, fsys fs.FS) (*Applied, error) {
 	if _, err := tx.Exec(ctx, migrateLockSQL); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: lock: %w", err)
 	}
-	var migrationsIn, functionsIn, current string
-	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&migrationsIn, &functionsIn, &current); err != nil {
+	var migrationsSchema, functionsSchema, current string
+	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&migrationsSchema, &functionsSchema, &current); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
 	}
 	// A queue that the search_path finds past its first schema cannot be migrated from here:
 	// its new objects would be created in the first schema, apart from it.
-	for _, found := range []string{migrationsIn, functionsIn} {
+	for _, found := range []string{migrationsSchema, functionsSchema} {
 		if found != "" && found != current {
 			return nil, fmt.Errorf("ordered: migrate: the search_path finds the queue in schema %q, "+
 				"but its first schema is %q, where migrate would create the queue's objects: "+
@@ -177,7 +177,7 @@ func migrate(ctx context.Context, conn Conn, fsys fs.FS) (*Applied, error) {
 	for _, t := range []struct {
 		have bool
 		sql  string
-	}{{migrationsIn != "", migrationsTableSQL}, {functionsIn != "", functionsTableSQL}} {
+	}{{migrationsSchema != "", migrationsTableSQL}, {functionsSchema != "", functionsTableSQL}} {
 		if t.have {
 			continue
 		}
