@@ -35,7 +35,8 @@ const undefinedTable = "42P01"
 // Check reports whether the queue that q's search_path finds is exactly what this binary embeds:
 // nil if so; an error wrapping ErrNotMigrated if migrations are missing or function definitions
 // are missing or differ from this binary's; one wrapping ErrSchemaNewer if the database has a
-// migration this binary does not know. It takes one round trip.
+// migration this binary does not know; another error if the queue is not in the first schema
+// of the search_path. It takes one round trip.
 func Check(ctx context.Context, q Querier) error {
 	_, err := CurrentSchema(ctx, q)
 	return err
@@ -52,16 +53,20 @@ func CurrentSchema(ctx context.Context, q Querier) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var current string
+	var current, found string
 	var applied []int
 	var names, sums []string
-	err = q.QueryRow(ctx, checkSQL).Scan(&current, &applied, &names, &sums)
+	err = q.QueryRow(ctx, checkSQL).Scan(&current, &applied, &found, &names, &sums)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == undefinedTable:
 		return "", fmt.Errorf("%w (the search_path finds no ordered_migrations or ordered_functions table)", ErrNotMigrated)
 	case err != nil:
 		return "", fmt.Errorf("ordered: check schema: %w", err)
+	case found != current:
+		// The queue's statements are unqualified: a queue created in the first schema later
+		// would take this one's place under a running worker.
+		return current, fmt.Errorf("ordered: the search_path finds the queue in schema %q, past its first schema %q: put %q first in the search_path", found, current, found)
 	}
 	if err := compareVersions(ms, applied); err != nil {
 		return current, err

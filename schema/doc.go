@@ -26,6 +26,7 @@
 // text is newer.
 //
 // Objects are created unqualified, in the first schema of the connection's search_path, so a
-// queue can live in any schema (the tests give every test its own). Migrate refuses a queue
-// that the search_path finds past its first schema: its new objects would land apart from it.
+// queue can live in any schema (the tests give every test its own). A queue that the
+// search_path finds past its first schema is refused by Migrate (its new objects would land
+// apart from it) and by Check (a queue created in the first schema would take its place).
 package schema

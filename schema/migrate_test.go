@@ -97,10 +97,11 @@ func newSchema(ctx context.Context, t *testing.T, name string) *pgx.Conn {
 // a schema or a role.
 func uniqueName(base string) string { return fmt.Sprintf("%s_%d", base, os.Getpid()) }
 
-// Migrate refuses a queue that the search_path finds past its first schema, whose new objects
-// it would create apart from the queue, and creates nothing; with the queue's schema first, it
-// migrates it.
-func TestMigrateRefusesAQueuePastTheFirstSchema(t *testing.T) {
+// A queue that the search_path finds past its first schema is refused: by Migrate, which would
+// create its new objects apart from it (and creates nothing), and by Check, since a queue
+// created in the first schema would take its place. With the queue's schema first, both
+// accept it.
+func TestQueuePastTheFirstSchemaIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -110,15 +111,21 @@ func TestMigrateRefusesAQueuePastTheFirstSchema(t *testing.T) {
 	_, err := schema.Migrate(ctx, schemaPool(ctx, t, queue, ""))
 	require.NoError(t, err)
 
-	_, err = schema.Migrate(ctx, schemaPool(ctx, t, first+","+queue, ""))
+	past := schemaPool(ctx, t, first+","+queue, "")
+	_, err = schema.Migrate(ctx, past)
 	require.ErrorContains(t, err, fmt.Sprintf(`the search_path finds the queue in schema %q, but its first schema is %q`, queue, first))
+	err = schema.Check(ctx, past)
+	require.ErrorContains(t, err, fmt.Sprintf(`the search_path finds the queue in schema %q, past its first schema %q`, queue, first))
+	require.NotErrorIs(t, err, schema.ErrNotMigrated, "migrating does not help")
 	var objects int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace)
 		+ (SELECT count(*) FROM pg_proc WHERE pronamespace = $1::regnamespace)`, first).Scan(&objects))
 	require.Zero(t, objects, "nothing is created in the first schema")
 
-	applied, err := schema.Migrate(ctx, schemaPool(ctx, t, queue+","+first, ""))
+	queueFirst := schemaPool(ctx, t, queue+","+first, "")
+	applied, err := schema.Migrate(ctx, queueFirst)
 	require.NoError(t, err)
 	require.Empty(t, applied.Migrations)
 	require.Empty(t, applied.Functions)
+	require.NoError(t, schema.Check(ctx, queueFirst))
 }
