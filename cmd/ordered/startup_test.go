@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -300,4 +301,19 @@ func TestWorkExitsWhenTheSchemaChangesUnderIt(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(w.stderr()), "\n")
 	require.Regexp(t, `^ordered: worker stopped: another version migrated the queue under it; run that version's workers \(the database has migrations \[\d+\]; this binary knows up to \d+\)$`,
 		lines[len(lines)-1])
+}
+
+// A queue that the search_path finds past its first schema: every command, migrate included,
+// refuses it in one line that names its schema, and enqueues nothing.
+func TestQueuePastTheFirstSchema(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	emptySchemaURL(t, q)
+	dbURL := withSchema(q.URL, q.Schema+"_empty%2C"+q.Schema)
+	for _, args := range [][]string{{"status"}, {"enqueue"}, {"work", "--exec", "true"}, {"migrate"}} {
+		r := runBin(t, `{"key":"k","seq":1}`+"\n", append(args, "--database-url", dbURL)...)
+		requireOneLineError(t, r)
+		require.Contains(t, r.stderr, fmt.Sprintf("the search_path finds the queue in schema %q", q.Schema), "ordered %s", args[0])
+	}
+	require.Zero(t, jobCount(t, q.Pool))
 }
