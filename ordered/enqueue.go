@@ -437,8 +437,8 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("kind", "contains the control character %U", firstControl(ev.Kind))
 	case len(ev.Kind) > c.cfg.MaxKeyBytes:
 		return bad("kind", "%d bytes, over the limit of %d", len(ev.Kind), c.cfg.MaxKeyBytes)
-	case !ev.RunAt.IsZero() && (ev.RunAt.Year() < 1 || ev.RunAt.Year() > 9999):
-		return bad("run_at", "year %d, outside 1 to 9999", ev.RunAt.Year())
+	case !ev.RunAt.IsZero() && (ev.RunAt.UTC().Year() < 1 || ev.RunAt.UTC().Year() > 9999):
+		return bad("run_at", "year %d, outside 1 to 9999", postgresYear(ev.RunAt.UTC().Year()))
 	case ev.MaxAttempts < 0:
 		return bad("max_attempts", "negative")
 	case ev.MaxAttempts > math.MaxInt32:
@@ -454,6 +454,15 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("payload", "%s", reason)
 	}
 	return nil
+}
+
+// postgresYear is how PostgreSQL numbers year y of Go's calendar, which has a year 0: years
+// before 1 are BC, 0 being 1 BC (-1), so that the client names a year as the database does.
+func postgresYear(y int) int {
+	if y < 1 {
+		return y - 1
+	}
+	return y
 }
 
 // hasControl reports whether s holds a control character (Unicode's Cc: U+0000 to U+001F and

@@ -160,6 +160,9 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 		{"negative max_attempts", ordered.Event{Key: "k", Seq: 1, MaxAttempts: -1}, "max_attempts"},
 		{"max_attempts over int32", ordered.Event{Key: "k", Seq: 1, MaxAttempts: overInt32()}, "max_attempts"},
 		{"run_at after year 9999", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, "run_at"},
+		// The years are UTC's, whatever offset the time is written with.
+		{"run_at in year 9999 at its offset, 10000 in UTC", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600))}, "run_at"},
+		{"run_at in year 1 at its offset, 1 BC in UTC", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(1, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600))}, "run_at"},
 	}
 
 	requireInvalid := func(t *testing.T, name string, err error, index int, ev ordered.Event, field string) {

@@ -29,6 +29,8 @@ func TestDatabaseRefusesInvalidEventsAsTheClientDoes(t *testing.T) {
 		{"control character in kind", ordered.Event{Key: "k", Seq: 1, Kind: "a\tb"}},
 		{"kind over the limit", ordered.Event{Key: "k", Seq: 1, Kind: strings.Repeat("x", 11)}},
 		{"run_at beyond 9999", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		{"run_at beyond 9999 in UTC only", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600))}},
+		{"run_at before year 1 in UTC only", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(1, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600))}},
 		{"negative max_attempts", ordered.Event{Key: "k", Seq: 1, MaxAttempts: -1}},
 		{"payload over the limit", ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`"` + strings.Repeat("p", 19) + `"`)}},
 	} {
