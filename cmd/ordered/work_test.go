@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/internal/execguard"
 	"github.com/orderedq/ordered/ordered/orderedtest"
 )
 
@@ -294,6 +295,63 @@ func TestWorkSIGTERMDrains(t *testing.T) {
 	require.Equal(t, []string{"k/1 done attempts=1", "k/2 queued attempts=0", "k/3 queued attempts=0"},
 		jobStates(t, q.Pool))
 	require.Less(t, w.exitedAt.Sub(signalled), 5*time.Second)
+}
+
+// Signalling every ordered process at once (pkill ordered, killall, a service manager's stop)
+// drains as SIGTERM to the worker alone does: the guard ignores SIGTERM and SIGINT, so the
+// running command runs to its end and its job is done, its attempt counted once.
+func TestWorkSignalsToEveryOrderedProcessDrain(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}
+{"key":"k","seq":2}
+`)
+	w := startCLIWorker(t, q, "--exec",
+		`echo "$ORDERED_SEQ start" >> "$ORDERED_TEST_DIR/log"; until [ -e "$ORDERED_TEST_DIR/go" ]; do sleep 0.01; done; echo "$ORDERED_SEQ end" >> "$ORDERED_TEST_DIR/log"`)
+	require.Eventually(t, func() bool { return w.file("log") == "1 start\n" },
+		10*time.Second, 10*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	guard := guardOf(t, w)
+
+	w.signal(t, syscall.SIGTERM)
+	require.NoError(t, syscall.Kill(guard, syscall.SIGTERM))
+	require.NoError(t, syscall.Kill(guard, syscall.SIGINT))
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr(), "draining") && !signalsPending(guard) },
+		5*time.Second, 10*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "go"), nil, 0o644))
+
+	require.Zero(t, w.wait(t, 10*time.Second), w.stderr())
+	require.Equal(t, "1 start\n1 end\n", w.file("log"), "the command ran to its end and nothing started after the signals")
+	require.Equal(t, []string{"k/1 done attempts=1", "k/2 queued attempts=0"}, jobStates(t, q.Pool))
+}
+
+// guardOf is the pid of the one guard process that w runs.
+func guardOf(t *testing.T, w *cliProc) int {
+	t.Helper()
+	var guards []int
+	for _, p := range processesOf(w) {
+		pid, _ := strconv.Atoi(strings.Fields(p)[0])
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte(execguard.Name)) {
+			guards = append(guards, pid)
+		}
+	}
+	require.Len(t, guards, 1, "the worker's processes: %v", processesOf(w))
+	return guards[0]
+}
+
+// signalsPending reports whether a signal sent to process pid waits to be delivered.
+func signalsPending(pid int) bool {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if name, mask, ok := strings.Cut(line, ":"); ok && (name == "ShdPnd" || name == "SigPnd") &&
+			strings.Trim(strings.TrimSpace(mask), "0") != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // A second SIGTERM stops at once: the running command's tree gets SIGTERM (its trap runs),

@@ -152,8 +152,9 @@ func readFences(control io.Reader, fences chan int64, ended chan<- struct{}) {
 // returns its exit code, or 128+N if a signal N ended it. It terminates the whole tree
 // (SIGTERM, then SIGKILL after grace) when its control pipe reaches EOF, when the last fence
 // written on it passes (WriteFence), when ctx is done, and when command exits leaving
-// processes behind. The caller cancels ctx on SIGTERM and SIGINT: caught, so that command does
-// not inherit them ignored.
+// processes behind. The caller catches SIGTERM and SIGINT, so that command does not inherit
+// them ignored, and does not cancel ctx on them: the guard's life is its caller's, told by the
+// control pipe.
 func Supervise(ctx context.Context, command string, grace time.Duration) (int, error) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(controlFD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,7 +10,11 @@ import (
 )
 
 // execGuardCmd is the guard that the worker starts for each job (see execHandler and package
-// execguard): it exits with its command's exit status, or 128+N if a signal N ended it.
+// execguard): it exits with its command's exit status, or 128+N if a signal N ended it. Its
+// life is its worker's: SIGINT and SIGTERM, which reach it too when every process of the
+// worker is signalled (pkill, killall, a service manager's stop), are caught and change
+// nothing, so that the worker's drain lets the command finish; the worker ends the command
+// through the control pipe.
 func (a *app) execGuardCmd() *cobra.Command {
 	var grace time.Duration
 	cmd := &cobra.Command{
@@ -18,7 +23,7 @@ func (a *app) execGuardCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := execguard.Supervise(cmd.Context(), args[0], grace)
+			code, err := execguard.Supervise(context.WithoutCancel(cmd.Context()), args[0], grace)
 			if err != nil {
 				return err
 			}
