@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -437,11 +439,31 @@ func outcomeOf(d policy.Decision) Outcome {
 	return OutcomeSkipped
 }
 
-// errorText is the error stored with a job: bounded, and never the payload (handlers' errors
-// are theirs to keep clean of secrets).
+// errorText is the error stored with a job: text PostgreSQL can store, bounded, and never the
+// payload (handlers' errors are theirs to keep clean of secrets).
 func errorText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return truncate(err.Error(), MaxErrorBytes)
+	return truncate(storableText(err.Error()), MaxErrorBytes)
+}
+
+// storableText is s with each NUL byte and each byte that is not UTF-8 written as its \xNN
+// escape: an error that wraps a response body or a command's output must still be stored, or
+// the job could not be failed or retried.
+func storableText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == 0 || (r == utf8.RuneError && size == 1) {
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }

@@ -476,6 +476,43 @@ func TestWorkerMetricsRecoveryAndGauges(t *testing.T) {
 	})
 }
 
+// A handler's error that is not text PostgreSQL can store (a NUL byte, bytes that are not
+// UTF-8: a wrapped response body or command output) is stored with those bytes escaped, so the
+// job is failed or retried as its handler said, at once, and not left to its lease.
+func TestWorkerStoresHandlerErrorsThatAreNotText(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Backoff: policy.Exponential{Base: time.Hour}})
+	ids := map[string]int64{}
+	for _, key := range []string{"permanent", "later", "panic"} {
+		ids[key] = b.enqueue(t, key, 1)[0]
+	}
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		switch j.Key {
+		case "permanent":
+			return ordered.Permanent(errors.New("upstream said: \x00\x01 binary"))
+		case "later":
+			return ordered.RetryIn(time.Hour, errors.New("body \xff\xfe end \u00e9"))
+		}
+		panic("bad \x00")
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond})
+
+	waitFor(t, 20*time.Second, "every job settled", func() bool {
+		return b.jobStatus(t, ids["permanent"]) == "blocked" &&
+			b.lastError(t, ids["later"]) != "" && b.lastError(t, ids["panic"]) != ""
+	})
+	require.Equal(t, `upstream said: \x00`+"\x01 binary", b.lastError(t, ids["permanent"]))
+	require.Equal(t, `body \xff\xfe end `+"\u00e9", b.lastError(t, ids["later"]))
+	require.Equal(t, `panic: bad \x00`, b.lastError(t, ids["panic"]))
+	var attempts int
+	var wait time.Duration
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts, available_at - now() FROM ordered_jobs WHERE id = $1`,
+		ids["later"]).Scan(&attempts, &wait))
+	require.Equal(t, 1, attempts, "retried once, with its delay")
+	require.Greater(t, wait, 50*time.Minute)
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, ids["permanent"]).Scan(&attempts))
+	require.Equal(t, 1, attempts, "failed for good at its first attempt")
+}
+
 func (b *testBundle) lastError(t *testing.T, id int64) string {
 	t.Helper()
 	var s *string
