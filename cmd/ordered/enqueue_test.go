@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,6 +290,87 @@ func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
 			require.Equal(t, []string{"k0/0 queued attempts=0"}, jobStates(t, q.Pool), "nothing from the input is enqueued")
 		})
 	}
+}
+
+// A signal ends `ordered enqueue` while it waits for more input, its producer's end still open:
+// before any input (nothing sent yet), and after a chunk went into its transaction, whose lock
+// of the chunk's key is then released; nothing is enqueued, in one line and exit 1.
+func TestEnqueueSignalWhileWaitingForInput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		sig    syscall.Signal
+		chunks int // full chunks written before the signal
+	}{
+		{"SIGINT before any input", syscall.SIGINT, 0},
+		{"SIGTERM after a chunk", syscall.SIGTERM, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := orderedtest.New(t)
+			ctx := context.Background()
+			c := newTestClient(t, q, time.Hour, policy.Block)
+			_, err := c.Enqueue(ctx, ordered.Event{Key: "k0", Seq: 0})
+			require.NoError(t, err)
+			locked := func() bool {
+				_, err := q.Pool.Exec(ctx, "SELECT FROM ordered_keys WHERE key = 'k0' FOR UPDATE NOWAIT")
+				var pgErr *pgconn.PgError
+				return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+			}
+
+			cmd := exec.Command(cliBin, "enqueue", "--database-url", q.URL)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			stdin, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = stdin.Close() })
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			if tc.chunks > 0 {
+				w := bufio.NewWriter(stdin)
+				for i := 1; i <= tc.chunks*cli.EnqueueChunk; i++ {
+					_, err := fmt.Fprintf(w, `{"key":"k0","seq":%d}`+"\n", i)
+					require.NoError(t, err)
+				}
+				require.NoError(t, w.Flush())
+				require.Eventually(t, locked, time.Minute, 10*time.Millisecond, "the first chunk is sent")
+			} else {
+				// Signals are caught from the start; wait until the command is reading its input.
+				require.Eventually(t, func() bool { return waitingOnPipe(cmd.Process.Pid) },
+					time.Minute, 10*time.Millisecond, "the command never read its input")
+			}
+
+			require.NoError(t, cmd.Process.Signal(tc.sig))
+			var werr error
+			select {
+			case werr = <-exited:
+			case <-time.After(time.Minute):
+				t.Fatalf("still running after %v while its input stays open; stderr %q", tc.sig, stderr.String())
+			}
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, werr, &exitErr, "stdout %q", stdout.String())
+			r := cliResult{stdout: stdout.String(), stderr: stderr.String(), code: exitErr.ExitCode()}
+			requireOneLineError(t, r)
+			require.Equal(t, "ordered: stdin: interrupted before the end of the input; nothing was enqueued\n", r.stderr)
+			require.Empty(t, r.stdout)
+			require.Eventually(t, func() bool { return !locked() }, time.Minute, 10*time.Millisecond,
+				"the transaction is rolled back and its lock released")
+			require.Equal(t, []string{"k0/0 queued attempts=0"}, jobStates(t, q.Pool), "nothing from the input is enqueued")
+		})
+	}
+}
+
+// waitingOnPipe reports whether some thread of process pid is blocked reading a pipe.
+func waitingOnPipe(pid int) bool {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/wchan", pid, task.Name()))
+		if strings.Contains(string(wchan), "pipe_read") || strings.Contains(string(wchan), "pipe_wait") {
+			return true
+		}
+	}
+	return false
 }
 
 // Over several chunks, the summary counts every event, and an event repeated in a later chunk

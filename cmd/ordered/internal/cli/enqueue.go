@@ -88,7 +88,8 @@ valid UTF-8, no \u0000, no UTF-16 surrogate escape without its pair (such as "\u
 Blank lines, and a UTF-8 byte order mark at the start of the input, are skipped.
 
 The input is read and sent in chunks inside one transaction, committed at its end: a bad
-line is reported with its line number and nothing from the input is enqueued.
+line is reported with its line number and nothing from the input is enqueued. SIGINT or
+SIGTERM before the end of the input, also while it waits for more, enqueues nothing either.
 An event already enqueued, or earlier in the input, with the same key, seq and content
 (payload as JSON, kind, run_at, max_attempts) is counted as a duplicate, not an error;
 with the same key and seq but other content it is an error, and nothing is enqueued.
@@ -126,12 +127,30 @@ other mode is an error, and nothing is enqueued.`,
 	return cmd
 }
 
-// enqueue streams the events of in to the queue in one transaction.
+// enqueue streams the events of in to the queue in one transaction. The input is read apart,
+// a chunk ahead, so that a signal (ctx done) ends the command also while it waits for input,
+// which it may do for as long as a producer keeps its end open: the transaction, which holds
+// the locks of the keys sent so far, is rolled back, and nothing is enqueued.
 func (a *app) enqueue(ctx context.Context, in io.Reader, name string, sequence policy.Sequence) error {
-	r := newEventReader(in)
-	events, lines, err := r.next()
+	chunks := make(chan eventChunk, 1)
+	go newEventReader(in).send(ctx, chunks)
+	interrupted := fmt.Errorf("%s: interrupted before the end of the input; nothing was enqueued", name)
+	next := func() ([]ordered.Event, []int, error) {
+		select {
+		case c := <-chunks:
+			if ctx.Err() == nil {
+				if c.err != nil {
+					return nil, nil, fmt.Errorf("%s: %w", name, c.err)
+				}
+				return c.events, c.lines, nil
+			}
+		case <-ctx.Done():
+		}
+		return nil, nil, interrupted
+	}
+	events, lines, err := next()
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return err
 	}
 	if len(events) == 0 {
 		fmt.Fprintf(a.stdout, "no events in %s\n", name)
@@ -150,6 +169,9 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string, sequence p
 	total, added, dups := 0, 0, 0
 	for len(events) > 0 {
 		res, err := client.EnqueueManyTx(ctx, tx, events)
+		if err != nil && ctx.Err() != nil {
+			return interrupted
+		}
 		if err != nil {
 			return lineError(name, traceError(ctx, client, pool, tx, events, err), lines, events)
 		}
@@ -161,11 +183,12 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string, sequence p
 			}
 		}
 		total += len(events)
-		if events, lines, err = r.next(); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if events, lines, err = next(); err != nil {
+			return err
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
+	// The whole input is in: a signal now must not leave the commit's outcome unknown.
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "enqueued %d events from %s (%d new, %d duplicates)\n", total, name, added, dups)
@@ -212,6 +235,29 @@ func (r *eventReader) next() (events []ordered.Event, lines []int, err error) {
 		return nil, nil, err
 	}
 	return events, lines, nil
+}
+
+// eventChunk is one chunk of events as eventReader.next returns it.
+type eventChunk struct {
+	events []ordered.Event
+	lines  []int
+	err    error
+}
+
+// send sends the chunks of the input on out, up to the first that is empty (the end) or
+// fails, or until ctx is done.
+func (r *eventReader) send(ctx context.Context, out chan<- eventChunk) {
+	for {
+		events, lines, err := r.next()
+		select {
+		case out <- eventChunk{events, lines, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil || len(events) == 0 {
+			return
+		}
+	}
 }
 
 // readEvents reads a whole input into memory, for the demo's small files.
