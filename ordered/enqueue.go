@@ -80,7 +80,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, ev Event) (EnqueueRes
 }
 
 // EnqueueManyTx enqueues a batch inside tx (see EnqueueTx). On error the batch wrote nothing,
-// and tx is aborted: roll it back. An error with SQLSTATE 25006 means tx's server takes no
+// and tx is aborted, whether the database or the client refused the batch: roll it back. An error with SQLSTATE 25006 means tx's server takes no
 // writes (see Client): try the transaction again on a new session.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]EnqueueResult, error) {
 	return c.enqueue(ctx, tx, events)
@@ -91,10 +91,16 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) (
 // it may be written with COPY.
 func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []EnqueueResult, err error) {
 	b, err := c.encodeBatch(events)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = c.admit(ctx, len(b.unique))
 	}
-	if err := c.admit(ctx, len(b.unique)); err != nil {
+	if err == nil && tx != nil {
+		err = ctx.Err() // a done ctx sends nothing, and so would leave tx as it is
+	}
+	if err != nil {
+		if tx != nil {
+			refuse(ctx, func(ctx context.Context) { store.TxRefuse(ctx, c.in(tx), err.Error()) })
+		}
 		return nil, err
 	}
 	db := c.db
@@ -142,6 +148,18 @@ func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []En
 	}
 	return b.results(rows), nil
 }
+
+// refuse runs abort, which aborts a caller's transaction for a batch refused before it was
+// sent, with ctx's values but not its end (the batch may be refused because ctx is done), for
+// a bounded time.
+func refuse(ctx context.Context, abort func(ctx context.Context)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refuseTimeout)
+	defer cancel()
+	abort(ctx)
+}
+
+// refuseTimeout bounds the statement that aborts a caller's transaction for a refused batch.
+const refuseTimeout = 10 * time.Second
 
 // encodedBatch is a validated batch as sent to the database: one part per sequence mode of
 // its keys (Config.Sequence), each one statement. An event repeated within the batch with the

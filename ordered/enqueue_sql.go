@@ -17,13 +17,20 @@ func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, ev Event) (Enqueu
 }
 
 // EnqueueManySQLTx enqueues a batch inside tx, a database/sql transaction (see EnqueueSQLTx).
-// On error the batch wrote nothing, and tx is aborted: roll it back.
+// On error the batch wrote nothing, and tx is aborted, whether the database or the client
+// refused the batch: roll it back.
 func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Event) ([]EnqueueResult, error) {
 	b, err := c.encodeBatch(events)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = c.admit(ctx, len(b.unique))
 	}
-	if err := c.admit(ctx, len(b.unique)); err != nil {
+	if err == nil {
+		err = ctx.Err() // a done ctx sends nothing, and so would leave tx as it is
+	}
+	if err != nil {
+		refuse(ctx, func(ctx context.Context) {
+			_, _ = tx.ExecContext(ctx, store.TxRefuseSQL, store.ModeArgs(c.mode, err.Error())...) // it fails: that aborts tx
+		})
 		return nil, err
 	}
 	rows := make([][]store.EnqueuedJob, len(b.parts))
@@ -41,6 +48,9 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 		}
 		batchJSON, err := b.parts[k].json()
 		if err != nil {
+			refuse(ctx, func(ctx context.Context) {
+				_, _ = tx.ExecContext(ctx, store.TxRefuseSQL, store.ModeArgs(c.mode, err.Error())...)
+			})
 			return nil, err
 		}
 		rows[k], err = scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, append([]any{string(batchJSON),

@@ -192,11 +192,15 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 		require.Nil(t, res, tc.name)
 		b.requireQueueEmpty(t, tc.name+" (batch)")
 
-		// Inside a caller's transaction the batch is refused the same way.
+		// Inside a caller's transaction the batch is refused the same way, and the transaction
+		// is aborted, as by the database's refusals: the caller's own change cannot commit.
 		tx := b.beginTx(t)
+		_, err = tx.Exec(b.ctx, `CREATE TABLE app_effects (n int)`)
+		require.NoError(t, err)
 		_, err = b.client.EnqueueManyTx(b.ctx, tx, batch)
 		requireInvalid(t, tc.name+" (tx)", err, 2, tc.ev, tc.field)
-		require.NoError(t, tx.Commit(b.ctx)) // validation happens before anything is sent
+		require.Error(t, tx.Commit(b.ctx), "%s: the transaction is aborted", tc.name)
+		require.Zero(t, b.countRows(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass('app_effects')`), tc.name)
 		b.requireQueueEmpty(t, tc.name+" (tx)")
 	}
 
@@ -565,6 +569,53 @@ func TestEnqueueTxDuplicateConflictAbortsTheTransaction(t *testing.T) {
 	require.NoError(t, tx.Rollback(b.ctx))
 	require.EqualValues(t, 1, b.jobRowCount(t))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass('app_effects')`))
+}
+
+// Whatever refuses a batch in the caller's transaction, the client or the database, the
+// transaction is aborted: a conflicting duplicate within the batch, an empty batch, a full
+// backlog, a context already done; through pgx and database/sql alike. What the caller wrote
+// beside the batch can then never commit without its events.
+func TestEnqueueTxRefusedByTheClientAbortsTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	full := b.newClient(t, &ordered.Config{MaxBacklog: 1})
+	_, err := b.client.Enqueue(b.ctx, validEvent("queued", 1))
+	require.NoError(t, err)
+	conflicting := validEvent("k", 1)
+	conflicting.Kind = "other"
+	done, cancel := context.WithCancel(b.ctx)
+	cancel()
+	db := b.openSQLDB(t)
+	for _, tc := range []struct {
+		name   string
+		client *ordered.Client
+		ctx    context.Context
+		events []ordered.Event
+		want   error
+	}{
+		{"duplicate conflict within the batch", b.client, b.ctx, []ordered.Event{validEvent("k", 1), conflicting}, ordered.ErrDuplicateConflict},
+		{"empty batch", b.client, b.ctx, nil, ordered.ErrInvalidEvent},
+		{"backlog full", full, b.ctx, []ordered.Event{validEvent("k", 1)}, ordered.ErrBacklogFull},
+		{"context done", b.client, done, []ordered.Event{validEvent("k", 1)}, context.Canceled},
+	} {
+		tx := b.beginTx(t)
+		_, err := tx.Exec(b.ctx, `CREATE TABLE app_effects (n int)`)
+		require.NoError(t, err)
+		_, err = tc.client.EnqueueManyTx(tc.ctx, tx, tc.events)
+		require.ErrorIs(t, err, tc.want, tc.name)
+		require.Error(t, tx.Commit(b.ctx), "%s (pgx): the transaction is aborted", tc.name)
+
+		sqlTx, err := db.BeginTx(b.ctx, nil)
+		require.NoError(t, err)
+		_, err = sqlTx.ExecContext(b.ctx, `CREATE TABLE app_effects (n int)`)
+		require.NoError(t, err)
+		_, err = tc.client.EnqueueManySQLTx(tc.ctx, sqlTx, tc.events)
+		require.ErrorIs(t, err, tc.want, tc.name)
+		require.Error(t, sqlTx.Commit(), "%s (database/sql): the transaction is aborted", tc.name)
+
+		require.Zero(t, b.countRows(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass('app_effects')`), tc.name)
+		require.EqualValues(t, 1, b.jobRowCount(t), tc.name)
+	}
 }
 
 // Producers that send the same events at once store each event once and all get its id, while

@@ -70,6 +70,15 @@ func JobEnqueueMany(ctx context.Context, db DBTX, b *EnqueueBatch) ([]EnqueuedJo
 	})
 }
 
+// TxRefuseSQL aborts the caller's transaction it runs in (TxRefuse), for database/sql.
+var TxRefuseSQL = txRefuseSQL
+
+// TxRefuse aborts the transaction tx for a batch the client refused before sending it, with
+// message as the database's error.
+func TxRefuse(ctx context.Context, tx DBTX, message string) {
+	_, _ = tx.Exec(ctx, txRefuseSQL, message) // it fails: that is what aborts tx
+}
+
 // JobEnqueueOneSQL is the statement of JobEnqueueOne, for callers that run it through
 // database/sql with OneArgs; it returns the job's id and whether the event was a duplicate.
 var JobEnqueueOneSQL = jobEnqueueOneSQL

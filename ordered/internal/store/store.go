@@ -51,6 +51,7 @@ var (
 	keyBlockedListSQL     = query("key_blocked_list.sql")
 	queueStatsSQL         = query("queue_stats.sql")
 	queueStatsSharedSQL   = query("queue_stats_shared.sql")
+	txRefuseSQL           = query("tx_refuse.sql")
 )
 
 // JobClaimManySQL is the claim statement, exported for plan tests.
