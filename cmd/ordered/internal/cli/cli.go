@@ -45,8 +45,28 @@ type exitCode int
 
 func (c exitCode) Error() string { return "exit status " + strconv.Itoa(int(c)) }
 
+// oneLine is s on one line: each run of white space that holds a line break or a tab becomes
+// one space, and s is trimmed. A run of spaces alone is kept: it may be inside a key that the
+// line quotes.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && strings.IndexByte(" \t\n\r", s[j]) >= 0 {
+			j++
+		}
+		switch run := s[i:j]; {
+		case j == i:
+			b.WriteByte(s[i])
+			j++
+		case strings.ContainsAny(run, "\t\n\r"):
+			b.WriteByte(' ')
+		default:
+			b.WriteString(run)
+		}
+		i = j
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // escapeUnprintable writes each character of s that is not printable (strconv.IsPrint: a

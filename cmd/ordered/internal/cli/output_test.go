@@ -17,3 +17,10 @@ func TestCellAndEscapeUnprintable(t *testing.T) {
 	require.Equal(t, `a\xffb \ufeff �`, escapeUnprintable("a\xffb \ufeff \uFFFD"))
 	require.False(t, strings.ContainsRune(escapeUnprintable("\u2028"), '\u2028'))
 }
+
+// An error is printed on one line, and a key it quotes keeps its spaces.
+func TestOneLineKeepsSpacesWithinALine(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, `line 2: key "a  b": late DETAIL: x y`, oneLine("  line 2: key \"a  b\": late\n\tDETAIL:\tx \r\n y \n"))
+	require.Equal(t, "", oneLine(" \n\t "))
+}
