@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,10 +184,19 @@ func statsOf(s store.QueueStats, err error) (Stats, error) {
 	return Stats{
 		Queued: s.Queued, Running: s.Running, Done: s.Done, Failed: s.Failed, Blocked: s.Blocked,
 		BlockedKeys: s.BlockedKeys, ExpiredLeases: s.ExpiredLeases,
-		OldestReady: time.Duration(s.OldestReadySeconds * float64(time.Second)), CountedAt: countedAt,
+		OldestReady: secondsDuration(s.OldestReadySeconds), CountedAt: countedAt,
 		GapKeys: s.GapKeys, GapBlockedKeys: s.GapBlockedKeys,
-		OldestGap: time.Duration(s.OldestGapSeconds * float64(time.Second)),
+		OldestGap: secondsDuration(s.OldestGapSeconds),
 	}, nil
+}
+
+// secondsDuration is s seconds as a Duration, which holds about 292 years: an age beyond that
+// (a job whose run_at is centuries ago) is the longest Duration, not an overflow.
+func secondsDuration(s float64) time.Duration {
+	if d := s * float64(time.Second); d < math.MaxInt64 {
+		return time.Duration(max(d, 0))
+	}
+	return math.MaxInt64
 }
 
 func deref(s *string) string {

@@ -3,6 +3,7 @@ package ordered_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -61,6 +62,18 @@ func TestStatsCountBlockedApartFromFailed(t *testing.T) {
 	require.Equal(t, store.QueueStats{Queued: 1, Running: 2, Done: 1, Failed: 1, Blocked: 3, BlockedKeys: 2, ExpiredLeases: 1},
 		store.QueueStats{Queued: shared.Queued, Running: shared.Running, Done: shared.Done, Failed: shared.Failed,
 			Blocked: shared.Blocked, BlockedKeys: shared.BlockedKeys, ExpiredLeases: shared.ExpiredLeases})
+}
+
+// A ready job whose run_at is centuries ago has the longest age a Duration holds, not one that
+// overflowed to a negative age.
+func TestStatsOldestReadyOfACenturiesOldRunAt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)})
+	require.NoError(t, err)
+	st, err := b.client.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(math.MaxInt64), st.OldestReady)
 }
 
 // The ordered_jobs gauge reports blocked jobs under a status of their own, not as failed.
