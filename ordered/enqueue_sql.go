@@ -20,6 +20,12 @@ func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, ev Event) (Enqueu
 // On error the batch wrote nothing, and tx is aborted, whether the database or the client
 // refused the batch: roll it back.
 func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Event) ([]EnqueueResult, error) {
+	refused := func(err error) ([]EnqueueResult, error) {
+		refuse(ctx, func(ctx context.Context) {
+			_, _ = tx.ExecContext(ctx, store.TxRefuseSQL, store.ModeArgs(c.mode, err.Error())...) // it fails: that aborts tx
+		})
+		return nil, err
+	}
 	b, err := c.encodeBatch(events)
 	if err == nil {
 		err = c.admit(ctx, len(b.unique))
@@ -28,10 +34,7 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 		err = ctx.Err() // a done ctx sends nothing, and so would leave tx as it is
 	}
 	if err != nil {
-		refuse(ctx, func(ctx context.Context) {
-			_, _ = tx.ExecContext(ctx, store.TxRefuseSQL, store.ModeArgs(c.mode, err.Error())...) // it fails: that aborts tx
-		})
-		return nil, err
+		return refused(err)
 	}
 	rows := make([][]store.EnqueuedJob, len(b.parts))
 	for k := range b.parts {
@@ -48,10 +51,7 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 		}
 		batchJSON, err := b.parts[k].json()
 		if err != nil {
-			refuse(ctx, func(ctx context.Context) {
-				_, _ = tx.ExecContext(ctx, store.TxRefuseSQL, store.ModeArgs(c.mode, err.Error())...)
-			})
-			return nil, err
+			return refused(err)
 		}
 		rows[k], err = scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, append([]any{string(batchJSON),
 			cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault}, cols.SequenceArgs()...)...)...))
