@@ -80,8 +80,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, ev Event) (EnqueueRes
 }
 
 // EnqueueManyTx enqueues a batch inside tx (see EnqueueTx). On error the batch wrote nothing,
-// and tx is aborted, whether the database or the client refused the batch: roll it back. An error with SQLSTATE 25006 means tx's server takes no
-// writes (see Client): try the transaction again on a new session.
+// and tx is aborted, whether the database or the client refused the batch: roll it back. An
+// error with SQLSTATE 25006 means tx's server takes no writes (see Client): try the
+// transaction again on a new session.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) ([]EnqueueResult, error) {
 	return c.enqueue(ctx, tx, events)
 }
