@@ -275,6 +275,42 @@ func TestWorkSIGKILLLeavesNoOrphan(t *testing.T) {
 	require.True(t, leased, "the command must be gone while its claim still holds")
 }
 
+// A guard killed outright (SIGKILL, the OOM killer) cannot end its command's tree, so its
+// worker does, as the guard would: SIGTERM to every process (the script's trap runs), SIGKILL
+// after the grace; and the job runs again only once all of it is gone.
+func TestWorkSIGKILLedGuardLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	r := newTreeRun(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--kill-grace", "3s", "--exec", r.command("SCRIPT; true"))
+	first := r.waitTree(t, w, "1-1")
+
+	require.NoError(t, syscall.Kill(guardOf(t, w), syscall.SIGKILL))
+	r.waitTree(t, w, "1-2")
+	require.Empty(t, running(first), "the retry started while the killed attempt's processes ran")
+	requireTrapRan(t, r, "1-1")
+}
+
+// When the worker and its guard are both killed outright, the command, the guard's child, gets
+// SIGKILL with the guard. This command ignores SIGTERM and the grace is long, so nothing else
+// could end it.
+func TestWorkSIGKILLedWorkerAndGuardEndTheCommand(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--lease", "2m", "--kill-grace", "1m", "--exec",
+		`trap "" TERM; echo $$ > "$ORDERED_TEST_DIR/pid"; exec sleep 1000`)
+	command := w.waitPID(t, "pid")
+	guard := guardOf(t, w)
+
+	w.signal(t, syscall.SIGKILL)
+	require.Equal(t, -1, w.wait(t, 5*time.Second), "killed by a signal")
+	require.NoError(t, syscall.Kill(guard, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return processGone(command) }, 15*time.Second, 10*time.Millisecond,
+		"the command outlived its SIGKILLed guard and worker")
+}
+
 // SIGTERM drains: the running job finishes and is done, no other job starts, exit 0.
 func TestWorkSIGTERMDrains(t *testing.T) {
 	t.Parallel()

@@ -13,5 +13,7 @@
 // cannot keep the command running past it. A freeze of the guard too (a paused cgroup or
 // machine) holds the command with it; it is ended as soon as the guard runs again. When
 // COMMAND exits, what it left running is ended the same way, and the guard exits only once no
-// descendant is left.
+// descendant is left. Should the guard be killed outright, the shell gets SIGKILL (its
+// parent-death signal) and the caller, a child subreaper too, ends what the shell started
+// (orphans.go): a process that calls Run starts no other child.
 package execguard

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -42,8 +43,8 @@ type Command struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run runs c under a guard process and returns once the guard has exited, so that no process
-// of c is left: nil when the command exited 0, an *exec.ExitError with the command's exit
+// Run runs c under a guard process and returns once the guard has exited and no process of c
+// is left, also when the guard was killed outright (see startGuard): nil when the command exited 0, an *exec.ExitError with the command's exit
 // status (128+N if a signal N ended it) otherwise. When ctx is done first, the guard
 // terminates the command's tree and Run returns context.Cause(ctx) once it is gone.
 func Run(ctx context.Context, c Command) error {
@@ -59,13 +60,13 @@ func Run(ctx context.Context, c Command) error {
 	cmd.ExtraFiles = []*os.File{control} // the guard's controlFD
 	// A group of its own, so that a ^C meant for the caller (which drains) does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	err = startGuard(cmd)
 	control.Close()
 	if err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
 	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	go func() { waited <- waitGuard(cmd, c.Grace) }()
 	var sent time.Time
 	poll := time.NewTimer(time.Duration(1<<63 - 1))
 	defer poll.Stop()
@@ -165,10 +166,14 @@ func Supervise(ctx context.Context, command string, grace time.Duration) (int, e
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("become a child subreaper: %w", err)
 	}
+	// Should the guard be killed outright, the shell gets SIGKILL: the one defence left when the
+	// worker dies with it. The signal comes when the thread that forked exits, so this
+	// goroutine keeps its thread to the end.
+	runtime.LockOSThread()
 	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", command}, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start /bin/sh: %w", err)

@@ -35,7 +35,8 @@ type execConfig struct {
 // execguard), which terminates the command's whole process tree, SIGTERM, then SIGKILL after
 // the grace, when the job's context is done, when this process dies, and at the job's fence
 // (Job.Fence) by the guard's own clock, so also when this process is stopped. The handler
-// returns once the guard exited, so no process of a command outlives its job's handler.
+// returns once the guard exited and, should it have been killed outright, this process ended
+// what it left, so no process of a command outlives its job's handler.
 func execHandler(c execConfig, a *app) ordered.HandlerFunc {
 	return func(ctx context.Context, job *ordered.Job) error {
 		err := execguard.Run(ctx, execguard.Command{

@@ -32,9 +32,9 @@ its key; any other exit retries it with backoff. The lease is renewed while COMM
 
 COMMAND and every process it starts (in its process group or not, in the background or not)
 never outlive its claim: when the claim is lost or its renewals fail, when the worker stops at
-once, and when the worker dies (even by SIGKILL), they get SIGTERM, then SIGKILL after
---kill-grace. When COMMAND exits, what it left running is ended the same way before the job
-counts as done.
+once, when the worker dies (even by SIGKILL), and when the guard process that runs COMMAND is
+killed, they get SIGTERM, then SIGKILL after --kill-grace. When COMMAND exits, what it left
+running is ended the same way before the job counts as done.
 
 With --batch N, COMMAND runs once per batch: up to N consecutive ready jobs of one key, in
 seq order, under one claim. Its standard input is the batch as JSON Lines, one job a line:
