@@ -31,7 +31,9 @@ type Event struct {
 	Seq int64
 	// Kind names what the event is, for handlers and operators ("invoice.paid").
 	Kind string
-	// Payload is the event's JSON document; nil means JSON null.
+	// Payload is the event's JSON document; nil means JSON null. It is stored as jsonb, so it
+	// must be one jsonb holds as sent: an object names each member once (jsonb would keep the
+	// last of a repeated name), and every number fits PostgreSQL's numeric.
 	Payload json.RawMessage
 	// RunAt delays the event; the zero time means now. A delayed event still holds back the
 	// later events of its key.
@@ -352,8 +354,7 @@ func differsFromColumns(cols *store.EnqueueBatch, u int, payload, kind string, r
 }
 
 // jsonEqual reports whether two valid JSON documents are equal as jsonb compares them: object
-// keys in any order (the last of a repeated key counts), insignificant whitespace, string
-// escapes and numbers by value.
+// keys in any order, insignificant whitespace, string escapes and numbers by value.
 func jsonEqual(a, b string) bool {
 	if a == b {
 		return true
@@ -471,6 +472,11 @@ func (c *Client) validateEvent(i int, ev Event) error {
 	}
 	if reason := badEscape(ev.Payload); reason != "" {
 		return bad("payload", "%s", reason)
+	}
+	if len(ev.Payload) > 0 {
+		if reason := jsonbProblem(ev.Payload); reason != "" {
+			return bad("payload", "%s", reason)
+		}
 	}
 	return nil
 }

@@ -340,7 +340,7 @@ func dupBase(key string) ordered.Event {
 func sameAsDupBase(key string) map[string]ordered.Event {
 	same := map[string]ordered.Event{"itself": dupBase(key)}
 	ev := dupBase(key)
-	ev.Payload = json.RawMessage("{ \"c\" : {\"d\":\"\\u00e9\"},\n \"b\": [ true, null, \"x\" ], \"a\": 1.0e0, \"a\": 10E-1 }")
+	ev.Payload = json.RawMessage("{ \"c\" : {\"d\":\"\\u00e9\"},\n \"b\": [ true, null, \"x\" ], \"a\": 10E-1 }")
 	same["payload written otherwise"] = ev
 	ev = dupBase(key)
 	ev.RunAt = ev.RunAt.Add(-789).In(time.FixedZone("UTC+5", 5*3600))
@@ -1539,6 +1539,66 @@ func TestEnqueueTextTheDatabaseOrATerminalWouldMisreadIsInvalid(t *testing.T) {
 		require.NoError(t, err, in)
 		require.Equal(t, stored, b.storedPayload(t, res.ID), in)
 	}
+}
+
+// A payload that jsonb would merge (an object naming one member twice: jsonb keeps the last)
+// or refuse (a number beyond numeric) is refused before anything is sent, as a bad event that
+// names the payload and the place in it; nothing of its batch is written. The client's rule for
+// numbers is PostgreSQL's, on both sides of each of numeric's limits.
+func TestEnqueuePayloadsJSONBWouldMergeOrRefuseAreInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	requireRefused := func(payload, reason string) {
+		t.Helper()
+		before := b.jobRowCount(t)
+		batch := []ordered.Event{validEvent("good", 1), {Key: "k", Seq: 1, Payload: json.RawMessage(payload)}}
+		for name, err := range map[string]error{
+			"validate": b.client.Validate(batch),
+			"enqueue":  second(b.client.EnqueueMany(b.ctx, batch)),
+		} {
+			var inv *ordered.InvalidEventError
+			require.ErrorAs(t, err, &inv, "%s %.40s: got %v", name, payload, err)
+			require.Equal(t, 1, inv.Index)
+			require.Equal(t, "payload", inv.Field, "%v", err)
+			require.Contains(t, inv.Reason, reason, "%.40s", payload)
+		}
+		require.Equal(t, before, b.jobRowCount(t), "nothing of the batch is written")
+	}
+	requireRefused(`{"a":1,"a":2}`, `the name "a" is given twice in the object; jsonb would keep only the last`)
+	requireRefused(`{"a":null,"b":0,"a":null}`, `the name "a" is given twice in the object;`)
+	requireRefused(`{"x":[1,{"b":1,"\u0062":2}]}`, `the name "b" is given twice in the object at /x/1;`)
+	requireRefused(`{"a/b":{"~":1,"~":2}}`, `the name "~" is given twice in the object at /a~1b;`)
+
+	// One name in two objects, or in an object and its member, is no repetition.
+	res, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "names", Seq: 1, Payload: json.RawMessage(`{"a":{"a":1},"b":[{"a":2},{"a":3}]}`)})
+	require.NoError(t, err)
+	require.Equal(t, `{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}`, b.storedPayload(t, res.ID))
+
+	frac := func(zeros int) string { return "1." + strings.Repeat("0", zeros) }
+	numbers := []string{
+		"1e131071", "1e131072", "-1e131072", "123e131069", "123e131070", "0.001e131074", "0.001e131075",
+		"1E+131071", "1E+131072", "1e-16383", "1e-16384", "0e-16383", "0e-16384", "0.0000e-16379",
+		"0.0000e-16380", "0e1073741822", "0e1073741823", "-0e-1073741823", "1e-1073741822",
+		"0e99999999999999999999", frac(16383), frac(16384), "1" + strings.Repeat("0", 131071),
+		"1" + strings.Repeat("0", 131072), "12.5e131070", "-0", "3.25",
+	}
+	var stored, refused int
+	for seq, n := range numbers {
+		payload := "[0," + n + "]"
+		var want string
+		if b.pool.QueryRow(b.ctx, `SELECT $1::text::jsonb::text`, payload).Scan(&want) != nil {
+			refused++
+			requireRefused(payload, "the number "+n[:min(len(n), 20)])
+			requireRefused(payload, " at /1 is beyond what PostgreSQL's jsonb stores")
+			continue
+		}
+		stored++
+		res, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "numbers", Seq: int64(seq), Payload: json.RawMessage(payload)})
+		require.NoError(t, err, "%.40s", n)
+		require.Equal(t, want, b.storedPayload(t, res.ID), "%.40s", n)
+	}
+	require.Equal(t, 13, stored, "numbers PostgreSQL stores")
+	require.Equal(t, 14, refused, "numbers PostgreSQL refuses")
 }
 
 // second is the error of a call that returns a value and an error.

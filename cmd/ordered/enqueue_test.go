@@ -90,8 +90,9 @@ func TestEnqueueBadLine(t *testing.T) {
 		{"payload not UTF-8", "{\"key\":\"a\",\"seq\":1,\"payload\":{\"t\":\"\xff\"}}", "payload: not valid UTF-8"},
 		{"payload with a lone high surrogate", `{"key":"a","seq":1,"payload":{"t":"\ud800"}}`, `payload: contains \ud800`},
 		{"payload with a lone low surrogate", `{"key":"a","seq":1,"payload":["\udc00x"]}`, `payload: contains \udc00`},
-		// An error only the database finds in one event still names its line.
-		{"payload number beyond PostgreSQL's numeric", `{"key":"a","seq":1,"payload":1e1000000}`, "value overflows numeric format"},
+		// A payload jsonb would merge or refuse is refused, naming the place in it.
+		{"payload number beyond PostgreSQL's numeric", `{"key":"a","seq":1,"payload":{"n":[1e1000000]}}`, "payload: the number 1e1000000 at /n/0 is beyond what PostgreSQL's jsonb stores"},
+		{"payload naming a member twice", `{"key":"a","seq":1,"payload":{"id":1,"id":2}}`, `payload: the name "id" is given twice in the object; jsonb would keep only the last`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -238,8 +239,11 @@ func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
 		want       string
 	}{
 		{"bad line", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500, `{"key":"k1"}`, "missing seq"},
+		{"event the library refuses", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500,
+			`{"key":"k1","seq":1,"payload":1e1000000}`, "payload: the number 1e1000000 is beyond what PostgreSQL's jsonb stores"},
+		// An error only the database finds, here a constraint of the test's, still names its line.
 		{"event the database refuses", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500,
-			`{"key":"k1","seq":1,"payload":1e1000000}`, "value overflows numeric format"},
+			`{"key":"poisoned","seq":1,"payload":"poison"}`, `violates check constraint "test_no_poison"`},
 		{"chunks bounded by bytes", bigLine, cli.EnqueueChunkBytes/len(bigLine(0)) + 1, 12,
 			`{"key":"k1","seq":1,"payload":"\ud800"}`, `payload: contains \ud800`},
 	} {
@@ -249,6 +253,8 @@ func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
 			ctx := context.Background()
 			c := newTestClient(t, q, time.Hour, policy.Block)
 			_, err := c.Enqueue(ctx, ordered.Event{Key: "k0", Seq: 0}) // k0's row exists: the chunk locks it
+			require.NoError(t, err)
+			_, err = q.Pool.Exec(ctx, `ALTER TABLE ordered_jobs ADD CONSTRAINT test_no_poison CHECK (payload IS DISTINCT FROM '"poison"')`)
 			require.NoError(t, err)
 
 			cmd := exec.Command(cliBin, "enqueue", "--database-url", q.URL)

@@ -83,8 +83,10 @@ func (a *app) enqueueCmd() *cobra.Command {
 key and seq are required; kind, payload, run_at (RFC 3339) and max_attempts are optional.
 Field names are exactly these (lower case), each at most once; another field, or anything
 after the object, is an error. Keys and kinds are valid UTF-8 without control characters
-(U+0000 to U+001F, U+007F to U+009F); a payload is JSON that PostgreSQL's jsonb can store:
-valid UTF-8, no \u0000, no UTF-16 surrogate escape without its pair (such as "\ud800").
+(U+0000 to U+001F, U+007F to U+009F); a payload is JSON that PostgreSQL's jsonb stores as
+sent: valid UTF-8, no \u0000, no UTF-16 surrogate escape without its pair (such as "\ud800"),
+no object naming a member twice (jsonb would keep only the last), no number beyond
+PostgreSQL's numeric (such as 1e200000).
 Blank lines, and a UTF-8 byte order mark at the start of the input, are skipped.
 
 The input is read and sent in chunks inside one transaction, committed at its end: a bad
