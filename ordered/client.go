@@ -2,12 +2,14 @@ package ordered
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
@@ -42,18 +44,47 @@ type Client struct {
 
 // NewClient returns a Client on pool, whose database must be migrated (schema.Migrate).
 // cfg may be nil for the defaults.
+//
+// pool may be nil for a producer that enqueues only in transactions of its own (EnqueueTx,
+// EnqueueManyTx, EnqueueSQLTx, EnqueueManySQLTx, package orderedbun) and Validate, such as
+// one on database/sql alone; every method that would use the pool then returns ErrNoPool, and
+// Config.MaxBacklog, which counts the queue on the pool, must be 0.
 func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if pool == nil {
+		if c.MaxBacklog > 0 {
+			return nil, errors.New("ordered: Config.MaxBacklog needs a pool to count the queue on, and NewClient was given none")
+		}
+		// The callers' transactions may come from any pool: behind a transaction pooler their
+		// statements take the mode that is safe whatever that pool's own.
+		mode := execMode(c.Pooler, pgx.QueryExecModeCacheStatement, false)
+		return &Client{db: noPool{}, mode: mode, cfg: c, copyMinEvents: copyMinEvents}, nil
+	}
 	var mode pgx.QueryExecMode
-	if c.Pooler == PoolerTransaction && pool != nil {
+	if c.Pooler == PoolerTransaction {
 		cc := pool.Config().ConnConfig
 		mode = execMode(c.Pooler, cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity > 0)
 	}
 	return &Client{pool: pool, db: store.WithExecMode(pool, mode), mode: mode, cfg: c, copyMinEvents: copyMinEvents}, nil
 }
+
+// noPool is the db of a Client given no pool: each of its statements fails with ErrNoPool.
+type noPool struct{}
+
+func (noPool) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, ErrNoPool
+}
+
+func (noPool) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, ErrNoPool }
+
+func (noPool) QueryRow(context.Context, string, ...any) pgx.Row { return noPoolRow{} }
+
+type noPoolRow struct{}
+
+func (noPoolRow) Scan(...any) error { return ErrNoPool }
 
 // in returns db (a caller's transaction) with the client's exec mode.
 func (c *Client) in(db store.DBTX) store.DBTX { return store.WithExecMode(db, c.mode) }

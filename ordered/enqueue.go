@@ -109,6 +109,8 @@ func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []En
 	db := c.db
 	if tx != nil {
 		db = c.in(tx)
+	} else if c.pool == nil {
+		return nil, ErrNoPool
 	} else if len(b.parts) > 1 || slices.ContainsFunc(b.parts, func(p batchPart) bool { return p.copies(c.copyMinEvents) }) {
 		own, err := c.pool.Begin(ctx)
 		if err != nil {

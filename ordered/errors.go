@@ -26,6 +26,9 @@ var ErrLateEvent = errors.New("ordered: late event")
 // *DuplicateConflictError. An identical duplicate is no error: it is a no-op.
 var ErrDuplicateConflict = errors.New("ordered: duplicate event with different content")
 
+// ErrNoPool is returned by a method that needs the Client's pool when NewClient was given none.
+var ErrNoPool = errors.New("ordered: the client has no pool (NewClient was given nil): only the enqueues in a caller's transaction work")
+
 // ErrNotFailed occurs when a replay or skip names a job that does not exist or has not failed.
 var ErrNotFailed = errors.New("ordered: not a failed job")
 

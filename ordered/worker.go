@@ -105,6 +105,9 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	if err := wc.validate(c.cfg.Lease); err != nil {
 		return nil, err
 	}
+	if c.pool == nil {
+		return nil, ErrNoPool
+	}
 	m, err := newMetrics(wc.Registerer, wc.MetricsLabels)
 	if err != nil {
 		return nil, fmt.Errorf("ordered: register metrics: %w", err)
