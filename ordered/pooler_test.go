@@ -216,7 +216,8 @@ func startPoolerWorker(t *testing.T, b *poolerBundle, l *runLog, cfg *ordered.Wo
 const businessTableSQL = `CREATE TABLE business (id int PRIMARY KEY)`
 
 // EnqueueTx and EnqueueSQLTx through PgBouncer, in callers' transactions that also write a
-// business row, several at once: what commits has its job, what rolls back has neither.
+// business row, several at once: what commits has its job, what rolls back has neither. Half
+// the producers use a Client given no pool, which takes its exec mode from Config.Pooler alone.
 func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 	t.Parallel()
 	for _, mode := range poolerModes {
@@ -230,6 +231,8 @@ func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 			sdb := stdlib.OpenDB(*cfg)
 			sdb.SetMaxOpenConns(4)
 			t.Cleanup(func() { require.NoError(t, sdb.Close()) })
+			withoutPool, err := ordered.NewClient(nil, &ordered.Config{Pooler: poolerOf(mode)})
+			require.NoError(t, err)
 
 			const perPath, goroutines = 12, 4
 			var wg sync.WaitGroup
@@ -238,16 +241,20 @@ func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					client := b.client
+					if gr%2 == 1 {
+						client = withoutPool
+					}
 					errs <- func() error {
 						for i := range perPath {
 							id := gr*1000 + i
 							ev := ordered.Event{Key: fmt.Sprintf("k%d", id%3), Seq: int64(id), Kind: "tx", Payload: json.RawMessage(`{}`)}
 							commit := i%2 == 0
-							if err := enqueueWithPgx(b, id, ev, commit); err != nil {
+							if err := enqueueWithPgx(b, client, id, ev, commit); err != nil {
 								return fmt.Errorf("pgx %d: %w", id, err)
 							}
 							ev.Seq, ev.Key = int64(id+500), "sql"+ev.Key
-							if err := enqueueWithSQL(b.ctx, b.client, sdb, id+500, ev, commit); err != nil {
+							if err := enqueueWithSQL(b.ctx, client, sdb, id+500, ev, commit); err != nil {
 								return fmt.Errorf("sql %d: %w", id+500, err)
 							}
 						}
@@ -322,7 +329,7 @@ func TestPoolerTxHandlerCompletesInItsTransaction(t *testing.T) {
 
 // enqueueWithPgx writes business row id and enqueues ev in one pgx transaction. The caller's
 // own statement names a mode safe behind any pooler: the pool has pgx's defaults.
-func enqueueWithPgx(b *poolerBundle, id int, ev ordered.Event, commit bool) error {
+func enqueueWithPgx(b *poolerBundle, c *ordered.Client, id int, ev ordered.Event, commit bool) error {
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		return err
@@ -331,7 +338,7 @@ func enqueueWithPgx(b *poolerBundle, id int, ev ordered.Event, commit bool) erro
 	if _, err := tx.Exec(b.ctx, `INSERT INTO business (id) VALUES ($1)`, pgx.QueryExecModeCacheDescribe, id); err != nil {
 		return err
 	}
-	if _, err := b.client.EnqueueTx(b.ctx, tx, ev); err != nil {
+	if _, err := c.EnqueueTx(b.ctx, tx, ev); err != nil {
 		return err
 	}
 	if commit {
