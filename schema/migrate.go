@@ -160,9 +160,15 @@ func migrate(ctx context.Context, conn Conn, fsys fs.FS) (*Applied, error) {
 	if _, err := tx.Exec(ctx, migrateLockSQL); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: lock: %w", err)
 	}
-	var migrationsSchema, functionsSchema, current string
-	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&migrationsSchema, &functionsSchema, &current); err != nil {
+	var migrationsSchema, functionsSchema, current, encoding string
+	if err := tx.QueryRow(ctx, migratorTablesSQL).Scan(&migrationsSchema, &functionsSchema, &current, &encoding); err != nil {
 		return nil, fmt.Errorf("ordered: migrate: %w", err)
+	}
+	// Keys and payloads are Unicode: another encoding would refuse some valid events with its
+	// own errors (SQLSTATE 22P05) or, as SQL_ASCII, store bytes it never checks.
+	if encoding != "UTF8" {
+		return nil, fmt.Errorf("ordered: migrate: the database's encoding is %s, and a queue needs UTF8: "+
+			"keys and payloads are Unicode; create the database with ENCODING 'UTF8'", encoding)
 	}
 	// A queue that the search_path finds past its first schema cannot be migrated from here:
 	// its new objects would be created in the first schema, apart from it.

@@ -3,7 +3,9 @@ package schema_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +130,63 @@ func TestQueuePastTheFirstSchemaIsRefused(t *testing.T) {
 	require.Empty(t, applied.Migrations)
 	require.Empty(t, applied.Functions)
 	require.NoError(t, schema.Check(ctx, queueFirst))
+}
+
+// A database in another encoding than UTF8 is refused, naming its encoding, and nothing is
+// created in it: LATIN1 would refuse some valid keys and payloads with its own errors, and
+// SQL_ASCII would store whatever bytes it is sent.
+func TestMigrateRefusesADatabaseThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, encoding := range []string{"LATIN1", "SQL_ASCII"} {
+		t.Run(encoding, func(t *testing.T) {
+			conn, err := pgx.Connect(ctx, encodedDatabase(ctx, t, encoding))
+			require.NoError(t, err)
+			defer conn.Close(ctx)
+
+			_, err = schema.Migrate(ctx, conn)
+			require.EqualError(t, err, "ordered: migrate: the database's encoding is "+encoding+
+				", and a queue needs UTF8: keys and payloads are Unicode; create the database with ENCODING 'UTF8'")
+			var tables int
+			require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE 'ordered%'`).Scan(&tables))
+			require.Zero(t, tables, "nothing is created")
+		})
+	}
+}
+
+// encodedDatabase creates an empty database in encoding for t alone, dropped when t ends, and
+// returns its URL.
+func encodedDatabase(ctx context.Context, t *testing.T, encoding string) string {
+	t.Helper()
+	base := orderedtest.DatabaseURL()
+	admin, err := pgx.Connect(ctx, base)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	// The name is made here, never taken from input; identifiers cannot be parameters, nor can
+	// CREATE DATABASE's options, so the encoding is one of the test's own constants.
+	dbname := strings.ToLower(uniqueName("ordered_encoding_" + encoding))
+	name := pgx.Identifier{dbname}.Sanitize()
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING '"+encoding+"' LC_COLLATE 'C' LC_CTYPE 'C'")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	u.Path = "/" + dbname
+	q := u.Query()
+	q.Del("options")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
