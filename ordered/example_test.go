@@ -24,7 +24,7 @@ import (
 // database instead of DATABASE_URL, and waiting for the job instead of for a signal.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL) // Example: the README reads os.Getenv("DATABASE_URL")
+	pool, err := pgxpool.New(ctx, exampleDatabase()) // Example: the README reads os.Getenv("DATABASE_URL")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func Example() {
 // A business change and its event commit, or roll back, together.
 func ExampleClient_EnqueueTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL)
+	pool, err := pgxpool.New(ctx, exampleDatabase())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func ExampleClient_EnqueueTx() {
 // event's ledger entry is written exactly once, in seq order, whatever crashes and retries.
 func ExampleTxHandlerFunc() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL)
+	pool, err := pgxpool.New(ctx, exampleDatabase())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func (byKind) Decide(f *policy.Failure) policy.Decision {
 // moves on past it); a failed notification is skipped by the policy.
 func ExampleClient_Replay() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, databaseURL)
+	pool, err := pgxpool.New(ctx, exampleDatabase())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,7 +3,10 @@ package ordered_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,9 +15,11 @@ import (
 	"github.com/orderedq/ordered/ordered/internal/testdb"
 )
 
-// databaseURL is the database of the examples: a migrated queue in a schema of its own, with
-// the tables the examples write to (exampleTablesSQL). Each example uses keys of its own.
-var databaseURL string
+// exampleQueues are the examples' queues, dropped when the tests end.
+var (
+	exampleQueuesMu sync.Mutex
+	exampleQueues   []*testdb.Queue
+)
 
 const exampleTablesSQL = `
 CREATE TABLE invoices (id text PRIMARY KEY, paid boolean NOT NULL DEFAULT false);
@@ -29,26 +34,43 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
-// runTests prepares the examples' database, runs the tests and examples, and checks that none
-// left a goroutine behind.
-func runTests(m *testing.M) int {
+// exampleDatabase returns the URL of a fresh migrated queue in a schema of its own, with the
+// tables the examples write to (exampleTablesSQL), so that each example runs alone.
+func exampleDatabase() string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	q, err := testdb.Create(ctx)
 	if err == nil {
+		exampleQueuesMu.Lock()
+		exampleQueues = append(exampleQueues, q)
+		exampleQueuesMu.Unlock()
 		_, err = q.Pool.Exec(ctx, exampleTablesSQL)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "examples' database:", err)
-		return 1
+		log.Fatalf("examples' database: %v", err)
 	}
-	databaseURL = q.URL
+	return q.URL
+}
+
+// runTests runs the tests and examples, checks the examples' queues' invariants and drops
+// them, and checks that no test left a goroutine behind.
+func runTests(m *testing.M) int {
 	code := m.Run()
-	dropCtx, cancelDrop := context.WithTimeout(context.Background(), time.Minute)
-	defer cancelDrop()
-	if err := q.Drop(dropCtx); err != nil {
-		fmt.Fprintln(os.Stderr, "examples' database:", err)
-		code = 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, q := range exampleQueues {
+		switch broken, err := q.Violations(ctx); {
+		case err != nil:
+			fmt.Fprintln(os.Stderr, "examples' database:", err)
+			code = 1
+		case len(broken) > 0:
+			fmt.Fprintln(os.Stderr, "examples' database: the queue's rows break its invariants:", strings.Join(broken, "; "))
+			code = 1
+		}
+		if err := q.Drop(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "examples' database:", err)
+			code = 1
+		}
 	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
