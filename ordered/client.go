@@ -92,11 +92,33 @@ func (c *Client) in(db store.DBTX) store.DBTX { return store.WithExecMode(db, c.
 // Config returns the client's configuration, with defaults filled in.
 func (c *Client) Config() Config { return *c.cfg }
 
-// admit enforces Config.MaxBacklog for a batch of n events.
-func (c *Client) admit(ctx context.Context, n int) error {
+// admit enforces Config.MaxBacklog for batch b. A batch whose every event the queue holds
+// already (re-sent duplicates) adds no job, and is admitted however full the backlog.
+func (c *Client) admit(ctx context.Context, b *encodedBatch) error {
 	if c.cfg.MaxBacklog == 0 {
 		return nil
 	}
+	err := c.admitCount(ctx, len(b.unique))
+	if !errors.Is(err, ErrBacklogFull) {
+		return err
+	}
+	var keys []string
+	var seqs []int64
+	for _, p := range b.parts {
+		keys, seqs = append(keys, p.columns.Keys...), append(seqs, p.columns.Seqs...)
+	}
+	switch held, herr := store.QueueHoldsAll(ctx, c.db, keys, seqs); {
+	case herr != nil:
+		return fmt.Errorf("ordered: check backlog: %w", herr)
+	case held:
+		return nil
+	}
+	return err
+}
+
+// admitCount admits n more queued jobs if the backlog, counted at most every
+// BacklogCheckInterval, has room for them, and counts them in.
+func (c *Client) admitCount(ctx context.Context, n int) error {
 	c.backlogMu.Lock()
 	defer c.backlogMu.Unlock()
 	if time.Since(c.backlogChecked) >= BacklogCheckInterval ||

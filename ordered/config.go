@@ -63,7 +63,8 @@ type Config struct {
 
 	// MaxBacklog refuses enqueues (ErrBacklogFull) once this many jobs are queued; 0 means no
 	// limit. The count is refreshed at most every BacklogCheckInterval, so the limit may be
-	// passed by what is enqueued within one interval.
+	// passed by what is enqueued within one interval. A batch whose every event the queue
+	// holds already (re-sent duplicates) adds no job and is never refused for the limit.
 	MaxBacklog int64
 
 	// Logger receives the client's structured logs. Default slog.Default().

@@ -95,7 +95,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) (
 func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []EnqueueResult, err error) {
 	b, err := c.encodeBatch(events)
 	if err == nil {
-		err = c.admit(ctx, len(b.unique))
+		err = c.admit(ctx, b)
 	}
 	if err == nil && tx != nil {
 		err = ctx.Err() // a done ctx sends nothing, and so would leave tx as it is

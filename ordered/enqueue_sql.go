@@ -28,7 +28,7 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 	}
 	b, err := c.encodeBatch(events)
 	if err == nil {
-		err = c.admit(ctx, len(b.unique))
+		err = c.admit(ctx, b)
 	}
 	if err == nil {
 		err = ctx.Err() // a done ctx sends nothing, and so would leave tx as it is

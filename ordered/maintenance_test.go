@@ -140,6 +140,69 @@ func TestAdmissionLimitRefusesBeyondMaxBacklog(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// An event the queue already holds adds no job, so a full backlog admits it: a re-sent
+// duplicate returns its job, an archived one its archived result, one that conflicts its
+// conflict error, on every enqueue path. A batch with one new event among them is refused
+// whole, and writes nothing.
+func TestAdmissionLimitAdmitsEventsTheQueueHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ids := b.enqueue(t, "a", 1, 2, 3)
+	require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a/1 archived")
+	require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	// a/2 done, a/3 queued: the backlog is full at one queued job.
+	full := b.newClient(t, &ordered.Config{MaxBacklog: 1})
+	db := b.openSQLDB(t)
+	held := []ordered.Event{validEvent("a", 1), validEvent("a", 2), validEvent("a", 3)}
+	heldResults := []ordered.EnqueueResult{{Duplicate: true, Archived: true}, {ID: ids[1], Duplicate: true}, {ID: ids[2], Duplicate: true}}
+	conflicting := validEvent("a", 3)
+	conflicting.Kind = "other"
+	rows := b.jobRowCount(t)
+	for name, enqueue := range map[string]func([]ordered.Event) ([]ordered.EnqueueResult, error){
+		"pool": func(events []ordered.Event) ([]ordered.EnqueueResult, error) { return full.EnqueueMany(b.ctx, events) },
+		"pgx transaction": func(events []ordered.Event) ([]ordered.EnqueueResult, error) {
+			tx := b.beginTx(t)
+			res, err := full.EnqueueManyTx(b.ctx, tx, events)
+			if err != nil {
+				return nil, err
+			}
+			return res, tx.Commit(b.ctx)
+		},
+		"database/sql transaction": func(events []ordered.Event) ([]ordered.EnqueueResult, error) {
+			tx, err := db.BeginTx(b.ctx, nil)
+			require.NoError(t, err)
+			defer tx.Rollback() //nolint:errcheck // a no-op after commit
+			res, err := full.EnqueueManySQLTx(b.ctx, tx, events)
+			if err != nil {
+				return nil, err
+			}
+			return res, tx.Commit()
+		},
+	} {
+		res, err := enqueue(held)
+		require.NoError(t, err, name)
+		require.Equal(t, heldResults, res, name)
+		for _, ev := range held {
+			res, err := enqueue([]ordered.Event{ev})
+			require.NoError(t, err, "%s: %s/%d alone", name, ev.Key, ev.Seq)
+			require.Len(t, res, 1)
+			require.True(t, res[0].Duplicate, "%s: %s/%d alone", name, ev.Key, ev.Seq)
+		}
+
+		_, err = enqueue([]ordered.Event{validEvent("a", 2), conflicting})
+		requireDuplicateConflict(t, err, 1, "a", 3, "kind", true)
+
+		_, err = enqueue(append([]ordered.Event{validEvent("a", 4)}, held...))
+		require.ErrorIs(t, err, ordered.ErrBacklogFull, name)
+		_, err = enqueue([]ordered.Event{validEvent("b", 1)})
+		require.ErrorIs(t, err, ordered.ErrBacklogFull, name)
+		require.Equal(t, rows, b.jobRowCount(t), "%s: nothing written", name)
+	}
+}
+
 // The gauges' counts read the whole table, so the workers of a queue share one count per
 // interval: younger counts are returned as they are, and a caller that finds another one
 // counting takes the last counts instead of waiting or counting again.

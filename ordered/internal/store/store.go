@@ -424,9 +424,10 @@ func scanStats(row pgx.Row) (QueueStats, error) {
 }
 
 var (
-	listenProbeSQL  = query("listen_probe.sql")
-	jobArchiveSQL   = query("job_archive.sql")
-	queueBacklogSQL = query("queue_backlog.sql")
+	listenProbeSQL   = query("listen_probe.sql")
+	jobArchiveSQL    = query("job_archive.sql")
+	queueBacklogSQL  = query("queue_backlog.sql")
+	queueHoldsAllSQL = query("queue_holds_all.sql")
 )
 
 // JobArchive deletes up to limit done jobs finished longer than olderThan ago.
@@ -441,6 +442,14 @@ func QueueBacklog(ctx context.Context, db DBTX) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, queueBacklogSQL).Scan(&n)
 	return n, err
+}
+
+// QueueHoldsAll reports whether the queue holds every event (keys[i], seqs[i]) already, as a
+// job or in its key's archived history.
+func QueueHoldsAll(ctx context.Context, db DBTX, keys []string, seqs []int64) (bool, error) {
+	var held bool
+	err := db.QueryRow(ctx, queueHoldsAllSQL, keys, seqs).Scan(&held)
+	return held, err
 }
 
 // ListenProbe sends a notification with payload on the channel workers listen on.
