@@ -58,7 +58,9 @@ type Config struct {
 	// MaxKeyBytes bounds an event's key. Default MaxKeyBytesDefault.
 	MaxKeyBytes int
 
-	// MaxPayloadBytes bounds an event's JSON payload. Default MaxPayloadBytesDefault.
+	// MaxPayloadBytes bounds an event's JSON payload, both as sent and as PostgreSQL writes it
+	// back to workers (octet_length(payload::text), the SQL functions' rule): a number is
+	// written without its exponent, so 1e131071 is 131072 bytes. Default MaxPayloadBytesDefault.
 	MaxPayloadBytes int
 
 	// MaxBacklog refuses enqueues (ErrBacklogFull) once this many jobs are queued; 0 means no

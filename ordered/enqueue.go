@@ -476,8 +476,11 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("payload", "%s", reason)
 	}
 	if len(ev.Payload) > 0 {
-		if reason := jsonbProblem(ev.Payload); reason != "" {
+		switch written, reason := jsonbProblem(ev.Payload); {
+		case reason != "":
 			return bad("payload", "%s", reason)
+		case written > int64(c.cfg.MaxPayloadBytes):
+			return bad("payload", "%d bytes as PostgreSQL writes it, over the limit of %d", written, c.cfg.MaxPayloadBytes)
 		}
 	}
 	return nil

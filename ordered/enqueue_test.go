@@ -214,8 +214,9 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 	}
 	b.requireQueueEmpty(t, "empty batch")
 
-	// The limits themselves are allowed: exactly MaxKeyBytes of key, MaxPayloadBytes of payload.
-	atLimit := json.RawMessage(`{"p":"` + strings.Repeat("x", maxPayload-8) + `"}`)
+	// The limits themselves are allowed: exactly MaxKeyBytes of key, MaxPayloadBytes of payload
+	// as sent and as PostgreSQL writes it.
+	atLimit := json.RawMessage(`{"p": "` + strings.Repeat("x", maxPayload-9) + `"}`)
 	require.Len(t, atLimit, maxPayload)
 	_, err := b.client.Enqueue(b.ctx, ordered.Event{Key: strings.Repeat("k", maxKey), Seq: 0, Payload: atLimit})
 	require.NoError(t, err)
@@ -1599,6 +1600,42 @@ func TestEnqueuePayloadsJSONBWouldMergeOrRefuseAreInvalid(t *testing.T) {
 	}
 	require.Equal(t, 13, stored, "numbers PostgreSQL stores")
 	require.Equal(t, 14, refused, "numbers PostgreSQL refuses")
+}
+
+// MaxPayloadBytes bounds a payload as PostgreSQL writes it (octet_length(payload::text)), what
+// workers read back, as well as the bytes sent: a number with an exponent, a few bytes sent,
+// may be written out in thousands of digits. The limit is the SQL functions' own, so a payload
+// is refused by both or by neither.
+func TestEnqueuePayloadOverTheLimitAsPostgreSQLWritesItIsInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{MaxPayloadBytes: 1024})
+	before := b.jobRowCount(t)
+	for payload, written := range map[string]int{`[1e2000]`: 2003, `{"n":1.5e-1030}`: 1040, `[` + strings.Repeat(`0,`, 341) + `0]`: 1026} {
+		ev := ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(payload)}
+		for name, err := range map[string]error{
+			"validate": b.client.Validate([]ordered.Event{ev}),
+			"enqueue":  second(b.client.Enqueue(b.ctx, ev)),
+		} {
+			var inv *ordered.InvalidEventError
+			require.ErrorAs(t, err, &inv, "%s %.20s", name, payload)
+			require.Equal(t, "payload", inv.Field)
+			require.Equal(t, fmt.Sprintf("%d bytes as PostgreSQL writes it, over the limit of 1024", written), inv.Reason)
+		}
+		_, err := b.pool.Exec(b.ctx, `SELECT ordered_enqueue(jsonb_build_array(jsonb_build_object('key', 'k', 'seq', 1, 'payload', $1::jsonb)), p_max_payload_bytes => 1024)`, payload)
+		var inv *ordered.InvalidEventError
+		require.ErrorAs(t, ordered.MapDBError(err), &inv, "%.20s", payload)
+		require.Equal(t, fmt.Sprintf("%d bytes, over the limit of 1024", written), inv.Reason)
+	}
+	require.Equal(t, before, b.jobRowCount(t), "nothing is written")
+
+	// Under the limit as written, it is stored; sent in more bytes than the limit, it is
+	// refused for what is sent, however little PostgreSQL would write of it.
+	_, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "under", Seq: 1, Payload: json.RawMessage(`[1e1020]`)})
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "sent", Seq: 1, Payload: json.RawMessage(`"` + strings.Repeat(`\u0041`, 200) + `"`)})
+	var inv *ordered.InvalidEventError
+	require.ErrorAs(t, err, &inv)
+	require.Equal(t, "1202 bytes, over the limit of 1024", inv.Reason)
 }
 
 // second is the error of a call that returns a value and an error.

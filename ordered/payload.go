@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -32,8 +33,11 @@ type payloadDecoder struct {
 
 // jsonbProblem names what jsonb would do to a valid JSON payload other than store it as it
 // reads: merge an object's members of one name (keeping the last), or refuse a number beyond
-// numeric. It returns "" when there is neither. The place is a JSON Pointer (RFC 6901).
-func jsonbProblem(payload []byte) string {
+// numeric. It returns "" when there is neither. The place is a JSON Pointer (RFC 6901). It also
+// returns the payload's size as PostgreSQL writes it (octet_length(payload::text)): what a
+// worker reads back, which a number written with an exponent can make far larger than the
+// payload sent (1e131071 is 131072 digits).
+func jsonbProblem(payload []byte) (written int64, problem string) {
 	d := payloadDecoders.Get().(*payloadDecoder)
 	defer func() {
 		d.in.Reset(nil) // the pool keeps no payload alive
@@ -46,22 +50,126 @@ func jsonbProblem(payload []byte) string {
 		d.dec.Reset(&d.in)
 	}
 	for {
-		if d.dec.PeekKind() == '0' {
+		kind := d.dec.PeekKind()
+		if kind == '}' || kind == ']' {
+			written += separatorBytes(d.dec)
+		}
+		switch kind {
+		case '0':
 			n, err := d.dec.ReadValue()
 			if err != nil {
-				return decodeProblem(err)
+				return written, decodeProblem(err)
 			}
 			if !numericHolds(n) {
-				return fmt.Sprintf("the number %s%s is beyond what PostgreSQL's jsonb stores "+
+				return written, fmt.Sprintf("the number %s%s is beyond what PostgreSQL's jsonb stores "+
 					"(131072 digits before the decimal point, 16383 after it)",
 					truncate(string(n), 32), at(d.dec.StackPointer()))
 			}
-			continue
-		}
-		if _, err := d.dec.ReadToken(); err != nil {
-			return decodeProblem(err)
+			written += numericWritten(n)
+		case '"':
+			str, err := d.dec.ReadValue()
+			if err != nil {
+				return written, decodeProblem(err)
+			}
+			written += stringWritten(str)
+		default:
+			tok, err := d.dec.ReadToken()
+			if err != nil {
+				return written, decodeProblem(err)
+			}
+			switch tok.Kind() {
+			case 't', 'n':
+				written += 4
+			case 'f':
+				written += 5
+			default:
+				written++ // { } [ ]
+			}
 		}
 	}
+}
+
+// separatorBytes is what jsonb writes between the names and values of the array or object
+// that dec is about to end: ", " between values and between members, ": " after each name.
+func separatorBytes(dec *jsontext.Decoder) int64 {
+	kind, n := dec.StackIndex(dec.StackDepth())
+	switch {
+	case n == 0:
+		return 0
+	case kind == '{': // n/2 members
+		return 2*n - 2
+	}
+	return 2 * (n - 1)
+}
+
+// stringWritten is the size of a valid JSON string (quoted, escaped as in the payload) as
+// jsonb writes it: its value escaped again, \" and \\ and the controls that have a short
+// escape in two bytes, other controls as \u00XX, everything else as its UTF-8 bytes.
+func stringWritten(quoted []byte) int64 {
+	body := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(body, '\\') < 0 {
+		return int64(len(quoted)) // no escapes: written as read
+	}
+	n := int64(2)
+	for i := 0; i < len(body); {
+		if body[i] != '\\' {
+			n++
+			i++
+			continue
+		}
+		if body[i+1] != 'u' {
+			n += 2 // \" \\ \b \f \n \r \t are written as read
+			if body[i+1] == '/' {
+				n-- // \/ is written as /
+			}
+			i += 2
+			continue
+		}
+		r := hex4(body[i+2:])
+		i += 6
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF: // a high surrogate; its low one follows (badEscape)
+			n += 4
+			i += 6
+		case r == '"' || r == '\\' || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t':
+			n += 2
+		case r < 0x20:
+			n += 6
+		default:
+			n += int64(utf8.RuneLen(rune(r)))
+		}
+	}
+	return n
+}
+
+// numericWritten is the size of the valid JSON number n, which numeric holds, as PostgreSQL
+// writes it: no exponent, a minus unless it is zero, the integer part ("0" below one), and the
+// digits after the point that it was written with, less its exponent.
+func numericWritten(n []byte) int64 {
+	if !bytes.ContainsAny(n, ".eE") {
+		if len(n) == 2 && n[0] == '-' && n[1] == '0' {
+			return 1 // -0 is 0
+		}
+		return int64(len(n)) // an integer: written as read
+	}
+	s := strings.TrimPrefix(string(n), "-")
+	negative := len(s) < len(n)
+	mantissa, expText, _ := strings.Cut(strings.ToLower(s), "e")
+	exp, _ := strconv.ParseInt(expText, 10, 64) // numericHolds has bounded it
+	whole, frac, _ := strings.Cut(mantissa, ".")
+	digits := whole + frac
+	first := strings.IndexFunc(digits, func(r rune) bool { return r != '0' })
+	size := int64(1) // the integer part: "0" unless the first digit is at 10^0 or above
+	if weight := int64(len(whole)-1-first) + exp; first >= 0 && weight >= 0 {
+		size = weight + 1
+	}
+	if scale := int64(len(frac)) - exp; scale > 0 {
+		size += 1 + scale
+	}
+	if negative && first >= 0 {
+		size++
+	}
+	return size
 }
 
 // decodeProblem names the problem of a decoder's error; the end of the payload is none.

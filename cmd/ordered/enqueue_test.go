@@ -93,6 +93,9 @@ func TestEnqueueBadLine(t *testing.T) {
 		// A payload jsonb would merge or refuse is refused, naming the place in it.
 		{"payload number beyond PostgreSQL's numeric", `{"key":"a","seq":1,"payload":{"n":[1e1000000]}}`, "payload: the number 1e1000000 at /n/0 is beyond what PostgreSQL's jsonb stores"},
 		{"payload naming a member twice", `{"key":"a","seq":1,"payload":{"id":1,"id":2}}`, `payload: the name "id" is given twice in the object; jsonb would keep only the last`},
+		// A few bytes sent that PostgreSQL writes out past the limit: workers read it so.
+		{"payload over the limit as PostgreSQL writes it", `{"key":"a","seq":1,"payload":[1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071]}`,
+			"payload: 1179666 bytes as PostgreSQL writes it, over the limit of 1048576"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -86,7 +86,8 @@ after the object, is an error. Keys and kinds are valid UTF-8 without control ch
 (U+0000 to U+001F, U+007F to U+009F); a payload is JSON that PostgreSQL's jsonb stores as
 sent: valid UTF-8, no \u0000, no UTF-16 surrogate escape without its pair (such as "\ud800"),
 no object naming a member twice (jsonb would keep only the last), no number beyond
-PostgreSQL's numeric (such as 1e200000).
+PostgreSQL's numeric (such as 1e200000); and at most 1 MiB, both as sent and as PostgreSQL
+writes it back to workers (numbers without their exponent, so 1e131071 is 131072 bytes).
 Blank lines, and a UTF-8 byte order mark at the start of the input, are skipped.
 
 The input is read and sent in chunks inside one transaction, committed at its end: a bad
