@@ -57,6 +57,8 @@ func TestEnqueueBadLine(t *testing.T) {
 		{"seq a quoted number", `{"key":"a","seq":"7"}`, "not an integer"},
 		{"unknown field", `{"key":"a","seq":1,"sequence":2}`, "unknown field"},
 		{"bad run_at", `{"key":"a","seq":1,"run_at":"tomorrow"}`, "run_at"},
+		{"run_at the zero time", `{"key":"a","seq":1,"run_at":"0001-01-01T01:00:00+01:00"}`, "the earliest time there is, which the client takes for no run_at"},
+		{"run_at offset beyond PostgreSQL's", `{"key":"a","seq":1,"run_at":"2026-01-02T15:04:05+16:00"}`, "its UTC offset is beyond ±15:59"},
 		{"negative max_attempts", `{"key":"a","seq":1,"max_attempts":-1}`, "max_attempts: negative"},
 		{"max_attempts not an integer", `{"key":"a","seq":1,"max_attempts":2.5}`, "max_attempts 2.5 is not an integer"},
 		{"payload over the limit", `{"key":"a","seq":1,"payload":` + bigPayload + `}`, "payload: 1048577 bytes, over the limit of 1048576"},
@@ -151,6 +153,59 @@ func TestEnqueueLateEventLine(t *testing.T) {
 	require.Regexp(t, `^ordered: stdin: line 5: `, r.stderr)
 	require.Contains(t, r.stderr, "late event")
 	require.Equal(t, []string{"a/5 done attempts=1"}, jobStates(t, q.Pool), "nothing from the input is enqueued")
+}
+
+// A run_at is kept to the microsecond, a finer fraction cut as ordered_enqueue cuts it, so the
+// same line sent through SQL and then through the CLI is a duplicate.
+func TestEnqueueRunAtIsStoredAsOrderedEnqueueStoresIt(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	ctx := context.Background()
+	times := []string{"2026-01-02T15:04:05.1234569Z", "2026-01-02T15:04:05.1234565Z",
+		"2026-01-02T15:04:05.9999996+02:00", "2026-01-02T15:04:05.123456Z", "2026-01-02T15:04:05Z"}
+	var lines strings.Builder
+	for seq, at := range times {
+		fmt.Fprintf(&lines, `{"key":"cli","seq":%d,"run_at":%q}`+"\n", seq, at)
+		_, err := q.Pool.Exec(ctx, `SELECT ordered_enqueue(jsonb_build_array(jsonb_build_object('key', 'sql', 'seq', $1::bigint, 'run_at', $2::text)))`, seq, at)
+		require.NoError(t, err)
+	}
+	r := runCLI(t, q.URL, lines.String(), "enqueue")
+	require.Zero(t, r.code, r.stderr)
+	for seq, at := range times {
+		sent, err := time.Parse(time.RFC3339Nano, at)
+		require.NoError(t, err)
+		var cli, sql time.Time
+		require.NoError(t, q.Pool.QueryRow(ctx, `SELECT (SELECT run_at FROM ordered_jobs WHERE key = 'cli' AND seq = $1),
+			(SELECT run_at FROM ordered_jobs WHERE key = 'sql' AND seq = $1)`, seq).Scan(&cli, &sql))
+		require.True(t, sent.Truncate(time.Microsecond).Equal(cli), "%s: stored %s", at, cli)
+		require.True(t, cli.Equal(sql), "%s: the CLI stored %s, SQL %s", at, cli, sql)
+	}
+	r = runCLI(t, q.URL, strings.ReplaceAll(lines.String(), `"cli"`, `"sql"`), "enqueue")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, fmt.Sprintf("enqueued %d events from stdin (0 new, %d duplicates)\n", len(times), len(times)), r.stdout)
+}
+
+// A line of MaxLineBytes is read, whatever its line end; one byte more is too long.
+func TestEnqueueLineAtTheLimit(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	line := func(seq, size int) string {
+		head := fmt.Sprintf(`{"key":"a","seq":%d,`, seq)
+		payload := `"payload":"` + strings.Repeat("x", ordered.MaxPayloadBytesDefault-2) + `"}`
+		return head + strings.Repeat(" ", size-len(head)-len(payload)) + payload
+	}
+	in := line(1, cli.MaxLineBytes) + "\n" + line(2, cli.MaxLineBytes) + "\r\n" + line(3, cli.MaxLineBytes)
+	require.Len(t, in, 3*cli.MaxLineBytes+3)
+	r := runCLI(t, q.URL, in, "enqueue")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "enqueued 3 events from stdin (3 new, 0 duplicates)\n", r.stdout)
+
+	for _, end := range []string{"", "\n", "\r\n"} {
+		r = runCLI(t, q.URL, `{"key":"b","seq":1}`+"\n"+line(4, cli.MaxLineBytes+1)+end, "enqueue")
+		requireOneLineError(t, r)
+		require.Contains(t, r.stderr, fmt.Sprintf("stdin: line 2: longer than %d bytes", cli.MaxLineBytes), "line end %q", end)
+	}
+	require.Equal(t, 3, jobCount(t, q.Pool))
 }
 
 // A line longer than the reader accepts is reported with its own number, blank lines counted.

@@ -32,9 +32,9 @@ const (
 	EnqueueChunkBytes = 4 << 20
 )
 
-// maxLineBytes bounds one JSON Lines line: the CLI's payload limit (the library's default) plus
-// room for the rest of the event.
-const maxLineBytes = ordered.MaxPayloadBytesDefault + 64<<10
+// MaxLineBytes bounds one JSON Lines line, its line end aside: the CLI's payload limit (the
+// library's default) plus room for the rest of the event.
+const MaxLineBytes = ordered.MaxPayloadBytesDefault + 64<<10
 
 // utf8BOM is skipped at the start of an input.
 var utf8BOM = []byte("\xef\xbb\xbf")
@@ -81,6 +81,8 @@ func (a *app) enqueueCmd() *cobra.Command {
   {"key":"cust-42","seq":7,"kind":"invoice.paid","payload":{...},"run_at":"2026-01-02T15:04:05Z"}
 
 key and seq are required; kind, payload, run_at (RFC 3339) and max_attempts are optional.
+run_at is kept to the microsecond, a finer fraction cut (as ordered_enqueue cuts it); its
+UTC offset is at most ±15:59, and 0001-01-01T00:00:00Z (which means no run_at) is refused.
 Field names are exactly these (lower case), each at most once; another field, or anything
 after the object, is an error. Keys and kinds are valid UTF-8 without control characters
 (U+0000 to U+001F, U+007F to U+009F); a payload is JSON that PostgreSQL's jsonb stores as
@@ -206,7 +208,7 @@ type eventReader struct {
 
 func newEventReader(in io.Reader) *eventReader {
 	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+	sc.Buffer(make([]byte, 64<<10), MaxLineBytes+len("\r\n")) // a line at the limit, and its end
 	return &eventReader{sc: sc}
 }
 
@@ -215,7 +217,10 @@ func newEventReader(in io.Reader) *eventReader {
 func (r *eventReader) next() (events []ordered.Event, lines []int, err error) {
 	for size := 0; len(events) < EnqueueChunk && size < EnqueueChunkBytes && r.sc.Scan(); {
 		r.line++
-		raw := r.sc.Bytes()
+		raw := r.sc.Bytes() // without its line end
+		if len(raw) > MaxLineBytes {
+			return nil, nil, lineTooLong(r.line)
+		}
 		if r.line == 1 {
 			raw = bytes.TrimPrefix(raw, utf8BOM)
 		}
@@ -233,11 +238,16 @@ func (r *eventReader) next() (events []ordered.Event, lines []int, err error) {
 	}
 	if err := r.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, nil, fmt.Errorf("line %d: longer than %d bytes; nothing was enqueued", r.line+1, maxLineBytes)
+			return nil, nil, lineTooLong(r.line + 1)
 		}
 		return nil, nil, err
 	}
 	return events, lines, nil
+}
+
+// lineTooLong is the error of a line longer than MaxLineBytes.
+func lineTooLong(line int) error {
+	return fmt.Errorf("line %d: longer than %d bytes; nothing was enqueued", line, MaxLineBytes)
 }
 
 // eventChunk is one chunk of events as eventReader.next returns it.
@@ -344,6 +354,13 @@ func eventOf(values [len(eventFields)]json.RawMessage) (ordered.Event, error) {
 	if present(runAt) {
 		if err := json.Unmarshal(runAt, &ev.RunAt); err != nil {
 			return ev, fmt.Errorf("run_at %s is not an RFC 3339 time", truncateBytes(runAt, 40))
+		}
+		if _, offset := ev.RunAt.Zone(); offset <= -16*3600 || offset >= 16*3600 {
+			return ev, fmt.Errorf("run_at %s: its UTC offset is beyond ±15:59, which PostgreSQL refuses", truncateBytes(runAt, 40))
+		}
+		if ev.RunAt.IsZero() {
+			return ev, fmt.Errorf("run_at %s: the earliest time there is, which the client takes for no run_at; "+
+				"give a later time or none", truncateBytes(runAt, 40))
 		}
 	}
 	if present(maxAttempts) {
