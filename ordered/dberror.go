@@ -45,12 +45,13 @@ func mapDBError(err error) error {
 	case codeLateEvent:
 		late := &LateEventError{LaterSeq: -1}
 		var d struct {
-			Key      string `json:"key"`
-			Seq      int64  `json:"seq"`
-			LaterSeq *int64 `json:"later_seq"`
+			Key        string `json:"key"`
+			Seq        int64  `json:"seq"`
+			LaterSeq   *int64 `json:"later_seq"`
+			Contiguous bool   `json:"contiguous"`
 		}
 		if json.Unmarshal([]byte(detail), &d) == nil {
-			late.Key, late.Seq = d.Key, d.Seq
+			late.Key, late.Seq, late.Contiguous = d.Key, d.Seq, d.Contiguous
 			if d.LaterSeq != nil {
 				late.LaterSeq = *d.LaterSeq
 			}

@@ -106,12 +106,21 @@ type LateEventError struct {
 	Key string
 	Seq int64
 	// LaterSeq is the seq of the job that already started, or -1 when the database did not
-	// name it.
+	// name it; for a contiguous key, the key's next seq.
 	LaterSeq int64
+	// Contiguous is set for an event of a contiguous key below its next seq: every seq below
+	// that one has finished, was passed as a gap, or is below the key's first seq.
+	Contiguous bool
 }
 
-// Error names the key, the late seq and, when known, the later seq that already started.
+// Error names the key, the late seq and, when known, the later seq that already started or
+// the contiguous key's next seq.
 func (e *LateEventError) Error() string {
+	if e.Contiguous {
+		return fmt.Sprintf("ordered: late event: key %q seq %d is below the key's next seq %d "+
+			"(every seq before it has finished, was passed as a gap, or is below the key's first seq)",
+			truncate(e.Key, 64), e.Seq, e.LaterSeq)
+	}
 	if e.LaterSeq < 0 {
 		return fmt.Sprintf("ordered: late event: key %q seq %d arrived after a later event of the key had already started",
 			truncate(e.Key, 64), e.Seq)

@@ -83,7 +83,9 @@ func TestContiguousKeyWaitsOnGap(t *testing.T) {
 	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "other", Seq: 0})
 	var late *ordered.LateEventError
 	require.ErrorAs(t, err, &late)
-	require.EqualValues(t, 1, late.LaterSeq)
+	require.Equal(t, ordered.LateEventError{Key: "other", Seq: 0, LaterSeq: 1, Contiguous: true}, *late)
+	require.EqualError(t, err, `ordered: late event: key "other" seq 0 is below the key's next seq 1 `+
+		`(every seq before it has finished, was passed as a gap, or is below the key's first seq)`)
 	res, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 2, Kind: "test", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	require.True(t, res.Duplicate)

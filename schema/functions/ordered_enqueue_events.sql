@@ -357,11 +357,11 @@ BEGIN
             ORDER BY b.ord
             LIMIT 1;
             IF FOUND THEN
-                RAISE EXCEPTION 'ordered: late event: key % seq % is below the key''s next seq %, all of whose earlier seqs have finished or were passed',
+                RAISE EXCEPTION 'ordered: late event: key % seq % is below the key''s next seq % (every seq before it has finished, was passed as a gap, or is below the key''s first seq)',
                     v_late.key, v_late.seq, v_late.later_seq
                     USING ERRCODE = 'ORD01',
                           DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
-                                                     'later_seq', v_late.later_seq)::text;
+                                                     'later_seq', v_late.later_seq, 'contiguous', true)::text;
             END IF;
         END IF;
     END IF;
