@@ -302,6 +302,10 @@ func TestEnqueueStreamsChunksInOneTransaction(t *testing.T) {
 		// An error only the database finds, here a constraint of the test's, still names its line.
 		{"event the database refuses", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500,
 			`{"key":"poisoned","seq":1,"payload":"poison"}`, `violates check constraint "test_no_poison"`},
+		// The event it conflicts with is in an earlier chunk, rolled back with the rest: the
+		// error does not say it is enqueued.
+		{"duplicate of an event in an earlier chunk", smallLine, cli.EnqueueChunk, 2*cli.EnqueueChunk + 500,
+			`{"key":"k5","seq":5,"payload":{"i":-1}}`, `duplicate event with different content: key "k5" seq 5 is given earlier in the input, or was enqueued before it, with a different payload`},
 		{"chunks bounded by bytes", bigLine, cli.EnqueueChunkBytes/len(bigLine(0)) + 1, 12,
 			`{"key":"k1","seq":1,"payload":"\ud800"}`, `payload: contains \ud800`},
 	} {

@@ -178,7 +178,7 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string, sequence p
 			return interrupted
 		}
 		if err != nil {
-			return lineError(name, traceError(ctx, client, pool, tx, events, err), lines, events)
+			return lineError(name, traceError(ctx, client, pool, tx, events, err), lines, events, total > 0)
 		}
 		for _, e := range res {
 			if e.Duplicate {
@@ -507,8 +507,9 @@ type tracedError struct {
 
 func (e *tracedError) Error() string { return e.err.Error() }
 
-// lineError names the input line of an enqueue error of the chunk events, whose lines are lines.
-func lineError(name string, err error, lines []int, events []ordered.Event) error {
+// lineError names the input line of an enqueue error of the chunk events, whose lines are lines;
+// sent: earlier chunks of the input were sent in the same transaction, which the error ends.
+func lineError(name string, err error, lines []int, events []ordered.Event, sent bool) error {
 	at, msg := -1, err.Error()
 	var (
 		traced   *tracedError
@@ -524,6 +525,11 @@ func lineError(name string, err error, lines []int, events []ordered.Event) erro
 		at, msg = invalid.Index, invalid.Field+": "+invalid.Reason
 	case errors.As(err, &conflict):
 		at = conflict.Index
+		if conflict.Stored && sent {
+			// The event it conflicts with may be of an earlier chunk, rolled back with this one.
+			msg = fmt.Sprintf("duplicate event with different content: key %q seq %d is given earlier in the input, "+
+				"or was enqueued before it, with a different %s", truncateBytes([]byte(conflict.Key), 64), conflict.Seq, conflict.Field)
+		}
 	case errors.As(err, &late):
 		at = slices.IndexFunc(events, func(ev ordered.Event) bool { return ev.Key == late.Key && ev.Seq == late.Seq })
 	case errors.As(err, &mismatch):
