@@ -41,7 +41,10 @@ func TestEnqueueBadLine(t *testing.T) {
 		name, line, want string
 	}{
 		{"not JSON", `key=a seq=1`, "not a valid event object"},
-		{"truncated JSON", `{"key":"a","seq":1`, "not a valid event object"},
+		{"truncated JSON", `{"key":"a","seq":1`, "not a valid event object: the line ends before it does"},
+		// A syntax error names its column, and the field and place in its value.
+		{"syntax error in the payload", ` {"key":"a","seq":1,"payload":{"a":[1,"x	y"]}}`, `payload: not valid JSON at column 41 (/payload/a/1): invalid character '\t' in string`},
+		{"syntax error between fields", `{"key":"a","seq":01}`, "not a valid event object at column 19: invalid character '1' after object value"},
 		{"not an object", `[1,2]`, "not a valid event object"},
 		{"two values", `{"key":"a","seq":1} {"key":"a","seq":2}`, "more than one JSON value"},
 		{"missing key", `{"seq":1}`, "missing key"},

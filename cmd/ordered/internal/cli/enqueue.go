@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -217,18 +218,21 @@ func newEventReader(in io.Reader) *eventReader {
 func (r *eventReader) next() (events []ordered.Event, lines []int, err error) {
 	for size := 0; len(events) < EnqueueChunk && size < EnqueueChunkBytes && r.sc.Scan(); {
 		r.line++
-		raw := r.sc.Bytes() // without its line end
-		if len(raw) > MaxLineBytes {
+		line := r.sc.Bytes() // without its line end
+		if len(line) > MaxLineBytes {
 			return nil, nil, lineTooLong(r.line)
 		}
+		raw := line
 		if r.line == 1 {
 			raw = bytes.TrimPrefix(raw, utf8BOM)
 		}
-		raw = bytes.Trim(raw, " \t\r") // JSON's whitespace; the scanner took the newline
+		raw = bytes.TrimLeft(raw, " \t\r") // JSON's whitespace; the scanner took the newline
+		lead := len(line) - len(raw)
+		raw = bytes.TrimRight(raw, " \t\r")
 		if len(raw) == 0 {
 			continue
 		}
-		ev, err := parseEvent(raw)
+		ev, err := parseEvent(raw, lead)
 		if err != nil {
 			return nil, nil, fmt.Errorf("line %d: %w; nothing was enqueued", r.line, err)
 		}
@@ -289,10 +293,11 @@ func readEvents(in io.Reader) ([]ordered.Event, []int, error) {
 
 // parseEvent decodes one line strictly: one JSON object whose field names are eventFields
 // exactly (encoding/json alone would match "KEY" to key and let a repeated field overwrite
-// the first), nothing after it.
-func parseEvent(raw []byte) (ordered.Event, error) {
+// the first), nothing after it. raw starts at byte lead of its line: a syntax error names the
+// column of the line where it is, and the field whose value it is in.
+func parseEvent(raw []byte, lead int) (ordered.Event, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	invalid := func(err error) error { return fmt.Errorf("not a valid event object: %v", err) }
+	invalid := func(err error) error { return fmt.Errorf("not a valid event object%s", syntaxProblem(raw, lead, err)) }
 	if tok, err := dec.Token(); err != nil {
 		return ordered.Event{}, invalid(err)
 	} else if tok != json.Delim('{') {
@@ -313,7 +318,7 @@ func parseEvent(raw []byte) (ordered.Event, error) {
 			return ordered.Event{}, fmt.Errorf("field %q given twice", name)
 		}
 		if err := dec.Decode(&values[i]); err != nil {
-			return ordered.Event{}, invalid(err)
+			return ordered.Event{}, fmt.Errorf("%s: not valid JSON%s", name, syntaxProblem(raw, lead, err))
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -325,6 +330,36 @@ func parseEvent(raw []byte) (ordered.Event, error) {
 		return ordered.Event{}, fmt.Errorf("data after the event object: %v", err)
 	}
 	return eventOf(values)
+}
+
+// syntaxProblem says where in its line, raw starting at byte lead of it, the syntax error err
+// of encoding/json is, and what it is: " at column N (the place in the field's value as a JSON
+// Pointer, when it is within one): problem". encoding/json's offsets count from where a value's
+// decoding began, so the place is found again with jsontext, read as leniently (invalid UTF-8
+// and repeated names are refused apart).
+func syntaxProblem(raw []byte, lead int, err error) string {
+	var syn *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return ": the line ends before it does"
+	case !errors.As(err, &syn):
+		return ": " + err.Error()
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+	for {
+		_, readErr := dec.ReadToken()
+		var located *jsontext.SyntacticError
+		switch {
+		case errors.As(readErr, &located):
+			where := fmt.Sprintf(" at column %d", int64(lead)+located.ByteOffset+1)
+			if p := located.JSONPointer; strings.Count(string(p), "/") > 1 {
+				where += " (" + truncateBytes([]byte(p), 64) + ")"
+			}
+			return where + ": " + located.Err.Error()
+		case readErr != nil:
+			return ": " + err.Error()
+		}
+	}
 }
 
 // eventOf makes an event of its fields' JSON values, by eventFields; a null is an absent field.
