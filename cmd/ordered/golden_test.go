@@ -377,6 +377,9 @@ func TestGoldenUsageErrors(t *testing.T) {
 		{"work"},
 		{"work", "--exec", "true", "--policy", "sometimes"},
 		{"archive", "--batch", "0"},
+		{"failed", "--limit", "0"},
+		{"failed", "--limit", "-1"},
+		{"verify", "--hosts", "-1"},
 		{"enqueue", "a.jsonl", "b.jsonl"},
 	} {
 		r := runCLI(t, "", "", args...)

@@ -145,7 +145,7 @@ type FailedJSON struct {
 	Kind        string          `json:"kind"`
 	Blocking    bool            `json:"blocking"`
 	Attempts    int             `json:"attempts"`
-	MaxAttempts int             `json:"max_attempts"`
+	MaxAttempts int             `json:"max_attempts"` // the event's; a worker's --max-attempts may fail it sooner
 	Error       string          `json:"error"`
 	Payload     json.RawMessage `json:"payload"`
 	FinishedAt  time.Time       `json:"finished_at"`
@@ -160,8 +160,15 @@ func (a *app) failedCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "failed",
 		Short: "List failed jobs (blocking ones hold their key until replayed or skipped)",
-		Args:  cobra.NoArgs,
+		Long: `Failed lists failed jobs in key and seq order. Blocking ones hold their key until replayed
+or skipped. ATTEMPTS (attempts in --json) counts the job's claims, a crashed worker's among
+them; a job fails for good at its event's max_attempts, or sooner at the --max-attempts cap
+of the worker that ran it, which is not stored.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return fmt.Errorf("--limit %d must be at least 1", limit)
+			}
 			ctx := cmd.Context()
 			client, pool, err := a.client(ctx, nil, 2)
 			if err != nil {
@@ -188,8 +195,10 @@ func (a *app) failedCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKEY\tSEQ\tKIND\tATTEMPTS\tBLOCKING\tERROR")
 			for _, j := range jobs {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", j.ID, cell(j.Key), j.Seq, cell(j.Kind),
-					j.Attempts, j.MaxAttempts, yesNo(j.Blocking), cell(oneLine(j.LastError)))
+				// Attempts alone: the limit that failed the job may be a worker's cap
+				// (--max-attempts), which is not stored; max_attempts is the event's own.
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t%s\n", j.ID, cell(j.Key), j.Seq, cell(j.Kind),
+					j.Attempts, yesNo(j.Blocking), cell(oneLine(j.LastError)))
 			}
 			return tw.Flush()
 		},

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,6 +51,9 @@ func (a *app) verifyCmd() *cobra.Command {
 		Long:  verifyLong + "\n\n" + verifyExecLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Hosts < 0 {
+				return fmt.Errorf("--hosts %d must not be negative (0: one host)", o.Hosts)
+			}
 			if short {
 				o.Keys, o.PerKey = 40, 15
 				if o.Hosts > 0 {
