@@ -197,12 +197,12 @@ func emptySchemaURL(t *testing.T, q *orderedtest.Queue) string {
 }
 
 // On an unmigrated database every queue command fails at once with one line that says to
-// migrate; after `ordered migrate` they work.
+// migrate, enqueue also with an empty input; after `ordered migrate` they work.
 func TestUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	dbURL := emptySchemaURL(t, orderedtest.New(t))
 	commands := [][]string{
-		{"status"}, {"failed"}, {"enqueue"}, {"work", "--exec", "true"},
+		{"status"}, {"failed"}, {"enqueue"}, {"enqueue", os.DevNull}, {"work", "--exec", "true"},
 		{"replay", "1"}, {"skip", "1"}, {"archive"},
 	}
 	t.Run("commands", func(t *testing.T) {

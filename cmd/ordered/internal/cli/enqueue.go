@@ -158,15 +158,17 @@ func (a *app) enqueue(ctx context.Context, in io.Reader, name string, sequence p
 	if err != nil {
 		return err
 	}
-	if len(events) == 0 {
-		fmt.Fprintf(a.stdout, "no events in %s\n", name)
-		return nil
-	}
+	// The queue is checked also for an empty input, as by every queue command: a producer's
+	// pipeline that sends nothing yet learns now that its database is not the queue's.
 	client, pool, err := a.client(ctx, &ordered.Config{Sequence: policy.AllKeys(sequence)}, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if len(events) == 0 {
+		fmt.Fprintf(a.stdout, "no events in %s\n", name)
+		return nil
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
