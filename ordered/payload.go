@@ -60,12 +60,13 @@ func jsonbProblem(payload []byte) (written int64, problem string) {
 			if err != nil {
 				return written, decodeProblem(err)
 			}
-			if !numericHolds(n) {
+			size, holds := numericWritten(n)
+			if !holds {
 				return written, fmt.Sprintf("the number %s%s is beyond what PostgreSQL's jsonb stores "+
 					"(131072 digits before the decimal point, 16383 after it)",
 					truncate(string(n), 32), at(d.dec.StackPointer()))
 			}
-			written += numericWritten(n)
+			written += size
 		case '"':
 			str, err := d.dec.ReadValue()
 			if err != nil {
@@ -142,36 +143,6 @@ func stringWritten(quoted []byte) int64 {
 	return n
 }
 
-// numericWritten is the size of the valid JSON number n, which numeric holds, as PostgreSQL
-// writes it: no exponent, a minus unless it is zero, the integer part ("0" below one), and the
-// digits after the point that it was written with, less its exponent.
-func numericWritten(n []byte) int64 {
-	if !bytes.ContainsAny(n, ".eE") {
-		if len(n) == 2 && n[0] == '-' && n[1] == '0' {
-			return 1 // -0 is 0
-		}
-		return int64(len(n)) // an integer: written as read
-	}
-	s := strings.TrimPrefix(string(n), "-")
-	negative := len(s) < len(n)
-	mantissa, expText, _ := strings.Cut(strings.ToLower(s), "e")
-	exp, _ := strconv.ParseInt(expText, 10, 64) // numericHolds has bounded it
-	whole, frac, _ := strings.Cut(mantissa, ".")
-	digits := whole + frac
-	first := strings.IndexFunc(digits, func(r rune) bool { return r != '0' })
-	size := int64(1) // the integer part: "0" unless the first digit is at 10^0 or above
-	if weight := int64(len(whole)-1-first) + exp; first >= 0 && weight >= 0 {
-		size = weight + 1
-	}
-	if scale := int64(len(frac)) - exp; scale > 0 {
-		size += 1 + scale
-	}
-	if negative && first >= 0 {
-		size++
-	}
-	return size
-}
-
 // decodeProblem names the problem of a decoder's error; the end of the payload is none.
 func decodeProblem(err error) string {
 	var syntax *jsontext.SyntacticError
@@ -193,31 +164,49 @@ func at(p jsontext.Pointer) string {
 	return " at " + truncate(string(p), 64)
 }
 
-// numericHolds reports whether PostgreSQL's numeric holds the valid JSON number n, by the
-// rules of its input function: the exponent's size, then the scale (digits after the point,
-// less the exponent), then for a number other than zero the weight of its first digit.
-func numericHolds(n []byte) bool {
+// numericWritten reports whether PostgreSQL's numeric holds the valid JSON number n, by the
+// rules of its input function (the exponent's size, then the scale: digits after the point,
+// less the exponent, then for a number other than zero the weight of its first digit), and
+// the size PostgreSQL writes it in: no exponent, a minus unless it is zero, the integer part
+// ("0" below one), then the point and the scale's digits.
+func numericWritten(n []byte) (size int64, holds bool) {
 	if len(n) <= numericMaxScale && !bytes.ContainsAny(n, "eE") {
-		return true // the common case: too short to pass either limit
+		// The common case: too short to pass either limit, and written as read (JSON has no
+		// leading zeros), but for the minus of a zero.
+		if n[0] == '-' && !bytes.ContainsFunc(n[1:], func(r rune) bool { return r != '0' && r != '.' }) {
+			return int64(len(n)) - 1, true
+		}
+		return int64(len(n)), true
 	}
 	s := strings.TrimPrefix(string(n), "-")
+	negative := len(s) < len(n)
 	mantissa, expText, hasExp := strings.Cut(strings.ToLower(s), "e")
 	exp := int64(0)
 	if hasExp {
 		e, err := strconv.ParseInt(expText, 10, 64)
 		if err != nil || e > numericMaxExp || e < -numericMaxExp {
-			return false
+			return 0, false
 		}
 		exp = e
 	}
 	whole, frac, _ := strings.Cut(mantissa, ".")
-	if int64(len(frac))-exp > numericMaxScale {
-		return false
+	scale := int64(len(frac)) - exp
+	if scale > numericMaxScale {
+		return 0, false
 	}
-	digits := whole + frac
-	first := strings.IndexFunc(digits, func(r rune) bool { return r != '0' })
-	if first < 0 {
-		return true // zero
+	size = 1 // the integer part: "0" unless the first digit is at 10^0 or above
+	if first := strings.IndexFunc(whole+frac, func(r rune) bool { return r != '0' }); first >= 0 {
+		weight := int64(len(whole)-1-first) + exp
+		if weight > numericMaxWeight {
+			return 0, false
+		}
+		size = max(weight+1, 1)
+		if negative {
+			size++
+		}
 	}
-	return int64(len(whole)-1-first)+exp <= numericMaxWeight
+	if scale > 0 {
+		size += 1 + scale
+	}
+	return size, true
 }
