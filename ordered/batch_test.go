@@ -41,7 +41,7 @@ func seqsOf(jobs []*ordered.Job) []int64 {
 // jobsOf reads (seq, status, attempts) of a key's jobs in seq order.
 func (b *testBundle) jobsOf(t *testing.T, key string) []string {
 	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `SELECT format('%s:%s:%s', seq, status, attempts) FROM ordered_jobs
+	rows, err := b.pool.Query(b.ctx, `SELECT format('%s:%s:%s', seq, status, attempts) FROM ordered_jobs_now
 		WHERE key = $1 ORDER BY seq`, key)
 	require.NoError(t, err)
 	defer rows.Close()
@@ -105,18 +105,25 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 	require.Len(t, batches, 1)
 	batch := batches[0]
 
-	// The batch is claimed through its first job: the only one written, it holds the lease.
-	require.Equal(t, []string{"1:running:1", "2:queued:0", "3:queued:0", "4:queued:0", "5:queued:0"}, b.jobsOf(t, "k"))
+	// The batch is claimed through its key's head row, the only one written: it holds the
+	// lease, and every job of the batch runs under it.
+	require.Equal(t, []string{"1:running:1", "2:running:1", "3:running:1", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
 	var before time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT lease_until FROM ordered_jobs WHERE id = $1 AND batch_to = 5`,
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT lease_until FROM ordered_heads WHERE job_id = $1 AND batch_to = 5`,
 		batch[0].ID).Scan(&before))
 	for _, j := range batch {
 		require.True(t, before.Equal(j.LeaseUntil), "job %d: one lease", j.Seq)
 	}
+	// A renewal within a grain of the lease (a sixteenth of it: ordered_lease_end) leaves its
+	// end as it was: the lease is made a second older by hand, so the renewal must move it.
+	require.NoError(t, b.pool.QueryRow(b.ctx, `UPDATE ordered_heads SET lease_until = lease_until - interval '1 second'
+		WHERE job_id = $1 AND state = 'running' RETURNING lease_until`, batch[0].ID).Scan(&before))
 	require.NoError(t, b.client.RenewBatch(b.ctx, batch))
-	var renewed int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE lease_until > $1`, before).Scan(&renewed))
+	var renewed, renewedJobs int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_heads WHERE lease_until > $1`, before).Scan(&renewed))
 	require.Equal(t, 1, renewed)
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now WHERE lease_until > $1`, before).Scan(&renewedJobs))
+	require.Equal(t, 5, renewedJobs, "every job of the batch runs under the renewed lease")
 
 	// Job 3 fails: 1 and 2 done, 3 retried, 4 and 5 back unrun.
 	require.NoError(t, b.client.ReleaseBatch(b.ctx, batch[3:]))
@@ -137,7 +144,7 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 	stale := batches[0]
 
 	// Its lease runs out and another batch claim recovers it from its head, alone.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE state = 'running'`)
 	require.NoError(t, err)
 	other := b.newClient(t, &ordered.Config{Lease: 2 * time.Second})
 	batches, err = other.ClaimBatch(b.ctx, 1, 5)
@@ -190,7 +197,7 @@ func TestBatchPoisonJobSpendsOnlyItsOwnAttempts(t *testing.T) {
 	require.Len(t, batches, 1)
 	require.Equal(t, []int64{1, 2, 3, 4}, seqsOf(batches[0]))
 	crash := func() {
-		_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+		_, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE state = 'running'`)
 		require.NoError(t, err)
 	}
 	crash()
@@ -394,13 +401,13 @@ func TestBatchProcessKilledMidBatch(t *testing.T) {
 		switch {
 		case s <= 10:
 			want = append(want, fmt.Sprintf("%d:done:1", s))
-		case s == 11:
+		case s <= 15:
 			want = append(want, fmt.Sprintf("%d:running:1", s))
 		default:
 			want = append(want, fmt.Sprintf("%d:queued:0", s))
 		}
 	}
-	require.Equal(t, want, b.jobsOf(t, "k"), "A's batches of 5: two completed, the third running, claimed through its first job")
+	require.Equal(t, want, b.jobsOf(t, "k"), "A's batches of 5: two completed, the third running, claimed through its first job's head row")
 	a.kill(t)
 
 	cfgB := cfg
@@ -447,15 +454,16 @@ func TestBatchHeartbeatRenewsAndLosesTheWholeBatch(t *testing.T) {
 
 	waitFor(t, 20*time.Second, "the batch running for three leases", func() bool {
 		var n int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
-			WHERE status = 'running' AND clock_timestamp() > attempted_at + 3 * $1::interval
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_heads
+			WHERE state = 'running' AND clock_timestamp() > attempted_at + 3 * $1::interval
 			AND lease_until > clock_timestamp() AND batch_to = 3`, lease).Scan(&n))
 		return n == 1
 	})
-	require.Equal(t, []string{"1:running:1", "2:queued:0", "3:queued:0"}, b.jobsOf(t, "k"), "the batch is claimed through its first job")
+	require.Equal(t, []string{"1:running:1", "2:running:1", "3:running:1"}, b.jobsOf(t, "k"),
+		"the batch is claimed through its first job's head row, every job under its lease")
 
 	// The lease runs out (as if renewals had failed) and another client takes the batch over.
-	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE status = 'running'`)
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE state = 'running'`)
 	require.NoError(t, err)
 	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
 	batches, err := other.ClaimBatch(b.ctx, 1, 10)
@@ -495,15 +503,15 @@ func TestClaimBatchWaitsForASingleClaim(t *testing.T) {
 
 // A batch's lease runs out and another worker recovers its first job while the batch's worker
 // still holds the rest: the recovery marks the later jobs as the crashed claim left them
-// (running, leased until the batch's lease ended), so the stale worker's settlements of any of
-// them are refused, no closed job is left the key's head, and the key goes on in order, each
-// later job recovered alone.
+// (crash_lease_until: running, leased until the batch's lease ended), so the stale worker's
+// settlements of any of them are refused, no head row is left on a closed job, and the key
+// goes on in order, each later job recovered alone.
 func TestOverlappingSettlementsOfAKeyLeaveNoClosedHead(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ids, stale := b.claimFiveInABatch(t, "k")
 
-	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1`, ids[0])
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE job_id = $1 AND state = 'running'`, ids[0])
 	require.NoError(t, err)
 	other := b.newClient(t, nil)
 	recovered, err := other.ClaimBatch(b.ctx, 1, 5)
@@ -559,7 +567,7 @@ func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
 	lost, err := b.client.CompleteMany(b.ctx, batch[:2])
 	require.NoError(t, err)
 	require.Empty(t, lost)
-	require.Equal(t, []string{"1:done:1", "2:done:1", "3:running:1", "4:queued:0", "5:queued:0"}, b.jobsOf(t, "k"))
+	require.Equal(t, []string{"1:done:1", "2:done:1", "3:running:1", "4:running:1", "5:running:1"}, b.jobsOf(t, "k"))
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT ordered_job_fail($1, $2, 'boom', false, false)`,
 		ids[2], batch[2].ClaimVersion).Scan(&failed))
 	require.True(t, failed)
@@ -578,11 +586,11 @@ func TestOverlappingFailureAndCompletionLeaveNoClosedHead(t *testing.T) {
 	require.Equal(t, []string{"1:done:1", "2:done:1", "3:failed:1", "4:done:1", "5:done:1"}, b.jobsOf(t, "k"))
 }
 
-// closedHeads returns the seqs of key's closed (done or failed) jobs that are marked its head.
+// closedHeads returns the seqs of key's closed (done or failed) jobs that its head row points at.
 func (b *testBundle) closedHeads(t *testing.T, key string) []int64 {
 	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `SELECT seq FROM ordered_jobs WHERE key = $1 AND head
-		AND status NOT IN ('queued', 'running', 'blocked') ORDER BY seq`, key)
+	rows, err := b.pool.Query(b.ctx, `SELECT j.seq FROM ordered_heads AS h JOIN ordered_jobs AS j ON j.id = h.job_id
+		WHERE h.key = $1 AND j.status NOT IN ('queued', 'blocked') ORDER BY j.seq`, key)
 	require.NoError(t, err)
 	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)

@@ -110,8 +110,9 @@ func TestClaimSkipsLockedCandidate(t *testing.T) {
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(b.ctx) //nolint:errcheck
+	// The claim locks a candidate's head row (ordered_heads): hold key a's.
 	var lockedID int64
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT id FROM ordered_jobs WHERE key = 'a' FOR UPDATE`).Scan(&lockedID))
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT job_id FROM ordered_heads WHERE key = 'a' FOR UPDATE`).Scan(&lockedID))
 
 	// Were the claim to wait for the lock, it would hit this deadline.
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
@@ -147,8 +148,9 @@ func TestClaimBatchTakesOneHeadPerKey(t *testing.T) {
 	require.Empty(t, jobs)
 }
 
-// The NOT EXISTS guard is checked by the claim itself, not only implied by the head flag: a
-// job wrongly marked head, or an expired job with an earlier open job, is still not claimed.
+// The NOT EXISTS guard is checked by the claim itself, not only implied by the head row: a
+// head row wrongly pointing at a later job of its key while an earlier one is open, queued and
+// due or running under an expired lease, is still not claimed.
 func TestClaimGuardAppliesToReadyAndRecoveredJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &ordered.Config{Lease: time.Minute})
@@ -156,20 +158,37 @@ func TestClaimGuardAppliesToReadyAndRecoveredJobs(t *testing.T) {
 	first := b.claimOne(t, b.client)
 	require.Equal(t, ids[0], first.ID)
 
-	// Corrupt the head flag: seq 2 marked head while seq 1 runs.
-	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET head = true WHERE id = $1`, ids[1])
+	// The head row as the claim left it, to put back at the end.
+	var saved []byte
+	require.NoError(t, b.pool.QueryRow(b.ctx,
+		`SELECT to_jsonb(h) FROM ordered_heads AS h WHERE h.key = 'k'`).Scan(&saved))
+
+	// Corrupt the head row: a queued, due seq 2 as the head while seq 1 is open.
+	tag, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET job_id = $1, seq = 2, state = 'queued',
+		available_at = now() - interval '1 second', lease_until = NULL WHERE key = 'k'`, ids[1])
 	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 	b.claimNone(t, b.client)
 
-	// An expired running seq 3 behind a live seq 1 must not be recovered either.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET status = 'running', attempts = 1,
-		lease_until = now() - interval '1 second' WHERE id = $1`, ids[2])
+	// A running seq 3 as the head, its lease expired and attempts left, while seqs 1 and 2
+	// are open: it must not be recovered either.
+	tag, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET job_id = $1, seq = 3, state = 'running',
+		attempts = 1, lease_until = now() - interval '1 second' WHERE key = 'k'`, ids[2])
 	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 	b.claimNone(t, b.client)
 
-	// The head flag put back: the queue ends keeping its invariants, as the cleanup checks.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET head = false WHERE id = $1`, ids[1])
+	// The head row put back: the queue ends keeping its invariants, as the cleanup checks.
+	tag, err = b.pool.Exec(b.ctx, `
+		UPDATE ordered_heads AS h
+		SET (job_id, seq, state, available_at, lease_until, claim_version, attempts, max_attempts,
+		     attempted_at, claimed_by, batch_to, closed_to, closed_above)
+		  = (o.job_id, o.seq, o.state, o.available_at, o.lease_until, o.claim_version, o.attempts,
+		     o.max_attempts, o.attempted_at, o.claimed_by, o.batch_to, o.closed_to, o.closed_above)
+		FROM jsonb_populate_record(NULL::ordered_heads, $1::jsonb) AS o
+		WHERE h.key = o.key`, saved)
 	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 }
 
 // CompleteMany completes the current claims in one statement, reports the stale ones as lost
@@ -346,8 +365,8 @@ func TestClaimTimeFollowsTheCompletionItSaw(t *testing.T) {
 	require.Len(t, res[1].Rows, 1, "the claim did not take the key's next job")
 	var finished, attempted time.Time
 	require.NoError(t, b.pool.QueryRow(b.ctx, `
-		SELECT (SELECT finished_at FROM ordered_jobs WHERE key = 'k' AND seq = 1),
-		       (SELECT attempted_at FROM ordered_jobs WHERE key = 'k' AND seq = 2)`).Scan(&finished, &attempted))
+		SELECT (SELECT finished_at FROM ordered_jobs_now WHERE key = 'k' AND seq = 1),
+		       (SELECT attempted_at FROM ordered_jobs_now WHERE key = 'k' AND seq = 2)`).Scan(&finished, &attempted))
 	require.False(t, attempted.Before(finished),
 		"seq 2 claimed at %s, before seq 1 finished at %s", attempted.Format(time.RFC3339Nano), finished.Format(time.RFC3339Nano))
 }

@@ -15,11 +15,15 @@ import (
 	"github.com/orderedq/ordered/ordered"
 )
 
-// jobSnapshot is the whole row of a job, to show that a call changed nothing.
+// jobSnapshot is the whole state of a job, to show that a call changed nothing: its row and
+// its key's head row (ordered_heads), which holds the claim while the job is the running head.
 func (b *testBundle) jobSnapshot(t *testing.T, id int64) string {
 	t.Helper()
 	var row string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT to_jsonb(j)::text FROM ordered_jobs AS j WHERE j.id = $1`, id).Scan(&row))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+		SELECT jsonb_build_object('job', to_jsonb(j), 'head', to_jsonb(h))::text
+		FROM ordered_jobs AS j LEFT JOIN ordered_heads AS h ON h.key = j.key
+		WHERE j.id = $1`, id).Scan(&row))
 	return row
 }
 
@@ -186,8 +190,8 @@ func TestTxHandlerStaleAttemptRollsBackAsLostOwnership(t *testing.T) {
 	// Another claim of the job, as a claim after the lease expired makes it, but with a live
 	// lease: the worker cannot take the job back itself.
 	var current int64
-	require.NoError(t, b.pool.QueryRow(b.ctx, `UPDATE ordered_jobs SET claim_version = claim_version + 1
-		WHERE id = $1 AND status = 'running' RETURNING claim_version`, id).Scan(&current))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `UPDATE ordered_heads SET claim_version = claim_version + 1
+		WHERE job_id = $1 AND state = 'running' RETURNING claim_version`, id).Scan(&current))
 	release.Do(func() { close(reclaimed) })
 
 	waitFor(t, 30*time.Second, "the lost claim counted", func() bool {

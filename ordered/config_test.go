@@ -99,7 +99,7 @@ func TestClientWithoutAPool(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sqlTx.Commit())
 	var stored int
-	require.NoError(t, q.Pool.QueryRow(ctx, `SELECT count(*) FROM ordered_jobs`).Scan(&stored))
+	require.NoError(t, q.Pool.QueryRow(ctx, `SELECT count(*) FROM ordered_jobs_now`).Scan(&stored))
 	require.Equal(t, 5, stored)
 
 	pgxTx := reflect.TypeFor[pgx.Tx]()

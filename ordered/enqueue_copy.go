@@ -26,34 +26,13 @@ func (p batchPart) copies(min int) bool {
 // enqueueByCopy writes part in tx with COPY if every event of it is an append, and reports
 // false, having written nothing but its key rows, if some event is not. An append is no
 // duplicate and not late, and the lowest event of a key with no open job is its head, which
-// ordered_enqueue_append_prepare decides with the key rows locked, as ordered_enqueue_events
-// would. The key rows stay locked until tx ends, so what it decided holds for the COPY.
+// ordered_enqueue_append_prepare decides and writes with the key rows locked, as
+// ordered_enqueue_events would. The key rows stay locked until tx ends, so what it decided
+// holds for the COPY.
 func enqueueByCopy(ctx context.Context, tx pgx.Tx, db store.DBTX, cols *store.EnqueueBatch) ([]store.EnqueuedJob, bool, error) {
-	// The keys once each, with the lowest and highest seq of their events. A part holds each
-	// (key, seq) once (encodeBatch), so a key's lowest seq names one event.
-	of := make(map[string]int)
-	var keys []string
-	var mins, maxs []int64
-	var runAts []*time.Time
-	for i, key := range cols.Keys {
-		seq := cols.Seqs[i]
-		k, ok := of[key]
-		switch {
-		case !ok:
-			of[key] = len(keys)
-			keys, mins, maxs, runAts = append(keys, key), append(mins, seq), append(maxs, seq), append(runAts, cols.RunAts[i])
-		case seq < mins[k]:
-			mins[k], runAts[k] = seq, cols.RunAts[i]
-		case seq > maxs[k]:
-			maxs[k] = seq
-		}
-	}
-	plan, err := store.JobAppendPrepare(ctx, db, keys, mins, maxs, runAts, len(cols.Keys))
-	if err != nil || !plan.Appends {
-		return nil, false, err
-	}
 	// The rows go in (key, seq) order, as ordered_enqueue_events inserts them: a key's jobs
-	// side by side in the table, and its index entries added in order.
+	// side by side in the table, and its index entries added in order. Keys compare as bytes,
+	// as the schema's keys do (COLLATE "C").
 	order := make([]int, len(cols.Keys))
 	for i := range order {
 		order[i] = i
@@ -61,18 +40,35 @@ func enqueueByCopy(ctx context.Context, tx pgx.Tx, db store.DBTX, cols *store.En
 	slices.SortFunc(order, func(a, b int) int {
 		return cmp.Or(strings.Compare(cols.Keys[a], cols.Keys[b]), cmp.Compare(cols.Seqs[a], cols.Seqs[b]))
 	})
+	// The keys once each, in that order, with the lowest and highest seq of their events, the
+	// run_at and max_attempts of the lowest, and their number of events. A part holds each
+	// (key, seq) once (encodeBatch), so a key's lowest seq names one event.
+	var keys []string
+	var mins, maxs []int64
+	var runAts []*time.Time
+	var maxAttempts, counts []int32
+	for _, i := range order {
+		if n := len(keys); n > 0 && keys[n-1] == cols.Keys[i] {
+			maxs[n-1] = cols.Seqs[i]
+			counts[n-1]++
+			continue
+		}
+		keys, mins, maxs = append(keys, cols.Keys[i]), append(mins, cols.Seqs[i]), append(maxs, cols.Seqs[i])
+		runAts, maxAttempts, counts = append(runAts, cols.RunAts[i]), append(maxAttempts, cols.MaxAttempts[i]), append(counts, 1)
+	}
+	plan, err := store.JobAppendPrepare(ctx, db, keys, mins, maxs, runAts, maxAttempts, counts, len(cols.Keys))
+	if err != nil || !plan.Appends {
+		return nil, false, err
+	}
 	rows := make([][]any, len(cols.Keys))
 	jobs := make([]store.EnqueuedJob, len(cols.Keys))
 	for r, i := range order {
-		key := cols.Keys[i]
-		k := of[key]
 		availableAt := plan.Now
 		if cols.RunAts[i] != nil {
 			availableAt = *cols.RunAts[i]
 		}
-		head := !plan.Open[k] && cols.Seqs[i] == mins[k]
-		rows[r] = []any{plan.IDs[r], key, cols.Seqs[i], cols.Kinds[i], cols.Payloads[i], availableAt,
-			cols.MaxAttempts[i], cols.RunAts[i], head}
+		rows[r] = []any{plan.IDs[r], cols.Keys[i], cols.Seqs[i], cols.Kinds[i], cols.Payloads[i], availableAt,
+			cols.MaxAttempts[i], cols.RunAts[i]}
 		jobs[i] = store.EnqueuedJob{Ord: i + 1, ID: plan.IDs[r]}
 	}
 	if err := store.JobAppendCopy(ctx, tx, rows); err != nil {

@@ -83,15 +83,15 @@ func TestEnqueueLargeBatchOfAppendsIsCopied(t *testing.T) {
 		require.Positive(t, r.ID, "event %d", i)
 	}
 
-	require.EqualValues(t, 21, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head`))
-	require.EqualValues(t, 20, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head AND seq = 91`))
-	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head AND key = 'busy' AND seq = 1`))
-	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs
+	require.EqualValues(t, 21, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE head`))
+	require.EqualValues(t, 20, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE head AND seq = 91`))
+	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE head AND key = 'busy' AND seq = 1`))
+	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now
 		WHERE key = 'busy' AND seq = 5 AND kind = 'k' AND payload = '{"a":1}' AND max_attempts = 3 AND NOT head`))
-	require.EqualValues(t, 199, b.countRows(t, `SELECT count(*) FROM ordered_jobs
+	require.EqualValues(t, 199, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now
 		WHERE key LIKE 'new-%' AND kind = '' AND payload = 'null' AND max_attempts = 9 AND run_at IS NULL
 		  AND available_at = created_at`))
-	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs
+	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now
 		WHERE key = 'new-00' AND seq = 91 AND run_at = $1 AND available_at = $1`, later))
 	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'new-05' AND seq_max = 100`))
 

@@ -396,7 +396,7 @@ func TestEnqueueIdenticalDuplicateIsANoOp(t *testing.T) {
 			require.True(t, res[2].Duplicate, "%s: %s", via.name, name)
 			require.False(t, res[2].Archived)
 			require.Equal(t, res[0].ID, res[2].ID, "%s: %s", via.name, name)
-			_, err = b.pool.Exec(b.ctx, `DELETE FROM ordered_jobs`)
+			_, err = b.pool.Exec(b.ctx, `DELETE FROM ordered_jobs; DELETE FROM ordered_heads`)
 			require.NoError(t, err)
 		}
 	}
@@ -483,12 +483,12 @@ func TestEnqueueDuplicateWithDifferentContentIsAnError(t *testing.T) {
 		}
 	}
 	require.Equal(t, rows, b.jobRowCount(t))
-	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'new'`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'new'`))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'new'`))
 	for state, id := range stored {
 		var kind, payload string
 		var maxAttempts int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT kind, payload::text, max_attempts FROM ordered_jobs WHERE id = $1`,
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT kind, payload::text, max_attempts FROM ordered_jobs_now WHERE id = $1`,
 			id).Scan(&kind, &payload, &maxAttempts))
 		require.Equal(t, "orig", kind, state)
 		require.JSONEq(t, string(dupBase(state).Payload), payload, state)
@@ -546,7 +546,8 @@ func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
 		require.NoError(t, err, name)
 		require.Len(t, got, 2)
 		require.Equal(t, sqlEnqueued{Ord: 2, ID: &first.ID, Duplicate: true}, got[1], name)
-		_, err = b.pool.Exec(b.ctx, `DELETE FROM ordered_jobs WHERE key = 'new'; DELETE FROM ordered_keys WHERE key = 'new'`)
+		_, err = b.pool.Exec(b.ctx, `DELETE FROM ordered_jobs WHERE key = 'new'; DELETE FROM ordered_heads WHERE key = 'new';
+			DELETE FROM ordered_keys WHERE key = 'new'`)
 		require.NoError(t, err)
 	}
 }
@@ -686,7 +687,7 @@ func TestConcurrentEnqueuesOfTheSameEventsStoreEachOnce(t *testing.T) {
 
 		// Once some of the round's jobs are done, the round again is all duplicates.
 		require.Eventually(t, func() bool {
-			return b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE status = 'done' AND seq >= $1`,
+			return b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE status = 'done' AND seq >= $1`,
 				round*perRound) > 0
 		}, time.Minute, time.Millisecond)
 		res, err := b.client.EnqueueMany(b.ctx, events)
@@ -701,7 +702,7 @@ func TestConcurrentEnqueuesOfTheSameEventsStoreEachOnce(t *testing.T) {
 
 	require.EqualValues(t, rounds*keys*perRound, b.jobRowCount(t))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM (
-		SELECT 1 FROM ordered_jobs GROUP BY key, seq HAVING count(*) > 1) AS d`))
+		SELECT 1 FROM ordered_jobs_now GROUP BY key, seq HAVING count(*) > 1) AS d`))
 }
 
 // Producers that send the same events at once, each with a payload of its own: exactly one
@@ -772,7 +773,7 @@ func TestConcurrentEnqueuesOfTheSameEventsWithDifferentContentOneWins(t *testing
 			require.Equal(t, batches[p][dup.Index].Seq, dup.Seq)
 		}
 		require.NotEqual(t, -1, winner, "round %d: no batch was stored", round)
-		require.EqualValues(t, keys*perRound, b.countRows(t, `SELECT count(*) FROM ordered_jobs
+		require.EqualValues(t, keys*perRound, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now
 			WHERE seq >= $1 AND payload = jsonb_build_object('producer', $2::int)`, round*perRound, winner),
 			"round %d: the winner's batch is stored whole", round)
 
@@ -787,7 +788,7 @@ func TestConcurrentEnqueuesOfTheSameEventsWithDifferentContentOneWins(t *testing
 
 	require.EqualValues(t, rounds*keys*perRound, b.jobRowCount(t))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM (
-		SELECT 1 FROM ordered_jobs GROUP BY key, seq HAVING count(*) > 1) AS d`))
+		SELECT 1 FROM ordered_jobs_now GROUP BY key, seq HAVING count(*) > 1) AS d`))
 }
 
 // Two transactions enqueue one (key, seq) at once, with different contents: the second waits
@@ -865,14 +866,16 @@ func TestEnqueueTxSameEventAtOnceTheSecondMeetsTheFirst(t *testing.T) {
 }
 
 // badHeadsSQL counts, in one snapshot, the keys whose open jobs do not have exactly one head,
-// the lowest of them, and the finished jobs still marked head.
+// the lowest of them, and the finished jobs a head row still points at. It reads each job's
+// own row status (row_status): a job row is open (queued or blocked) or finished, and a head
+// row that points at a finished job would show it running.
 const badHeadsSQL = `SELECT
 	(SELECT count(*) FROM (
-		SELECT 1 FROM ordered_jobs WHERE status IN ('queued', 'running', 'blocked')
+		SELECT 1 FROM ordered_jobs_now WHERE row_status IN ('queued', 'blocked')
 		GROUP BY key
 		HAVING count(*) FILTER (WHERE head) <> 1
 		    OR min(seq) IS DISTINCT FROM min(seq) FILTER (WHERE head)) AS bad)
-	+ (SELECT count(*) FROM ordered_jobs WHERE head AND status IN ('done', 'failed'))`
+	+ (SELECT count(*) FROM ordered_jobs_now WHERE head AND row_status IN ('done', 'failed'))`
 
 // Every committed state has one head per key with open jobs, its lowest, while producers
 // append behind heads, send events below queued heads, and a worker finishes the keys' jobs.
@@ -989,7 +992,7 @@ func TestEnqueueBatchWithLateEventWritesNothing(t *testing.T) {
 	})
 	requireLateEvent(t, err, "k", 0, 1)
 	require.EqualValues(t, 2, b.jobRowCount(t))
-	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'other' OR seq IN (0, 3)`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'other' OR seq IN (0, 3)`))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'other'`))
 
 	// The key goes on as before: 1 then 2, and nothing else.
@@ -1092,7 +1095,7 @@ func TestEnqueueBelowAHeadThatStartedMeanwhileIsLate(t *testing.T) {
 	var jobs, heads int
 	var headID int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*), count(*) FILTER (WHERE head), max(id) FILTER (WHERE head)
-		FROM ordered_jobs WHERE key = 'race'`).Scan(&jobs, &heads, &headID))
+		FROM ordered_jobs_now WHERE key = 'race'`).Scan(&jobs, &heads, &headID))
 	require.Equal(t, 1, jobs, "the late event was written")
 	require.Equal(t, 1, heads)
 	require.Equal(t, head, headID, "the key's head is not the job that started")
@@ -1107,7 +1110,7 @@ func TestEnqueueOutOfOrderArrivalRunsInSeqOrder(t *testing.T) {
 	for _, s := range []int64{5, 1, 3} {
 		b.enqueue(t, "k", s)
 	}
-	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head`))
+	require.EqualValues(t, 1, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE head`))
 
 	for _, want := range []int64{1, 3, 5} {
 		j := b.claimOne(t, b.client)
@@ -1131,7 +1134,7 @@ func TestEnqueueTxFollowsTheCallersTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, res.ID)
 	var inTx int64
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs`).Scan(&inTx))
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now`).Scan(&inTx))
 	require.EqualValues(t, 1, inTx, "the job is visible inside the transaction")
 	b.claimNone(t, b.client) // not before commit
 	require.NoError(t, tx.Rollback(b.ctx))
@@ -1230,7 +1233,7 @@ func TestEnqueueBothFormsStoreTheSameColumns(t *testing.T) {
 	}
 	stored := func(prefix string) []row {
 		rows, err := b.pool.Query(b.ctx, `SELECT substr(key, length($1) + 1), kind, payload::text, seq,
-			available_at, max_attempts, head FROM ordered_jobs WHERE key LIKE $1 || '%' ORDER BY seq`, prefix)
+			available_at, max_attempts, head FROM ordered_jobs_now WHERE key LIKE $1 || '%' ORDER BY seq`, prefix)
 		require.NoError(t, err)
 		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
@@ -1370,7 +1373,7 @@ func TestEnqueueLargeBatchOneHeadPerKey(t *testing.T) {
 		seq int64
 	}
 	byID := make(map[int64]ks, keys*perKey)
-	rows, err := b.pool.Query(b.ctx, `SELECT id, key, seq FROM ordered_jobs`)
+	rows, err := b.pool.Query(b.ctx, `SELECT id, key, seq FROM ordered_jobs_now`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64
@@ -1384,8 +1387,8 @@ func TestEnqueueLargeBatchOneHeadPerKey(t *testing.T) {
 		require.Equal(t, ks{events[i].Key, events[i].Seq}, byID[r.ID], "event %d", i)
 	}
 
-	require.EqualValues(t, keys, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE head`))
-	require.EqualValues(t, keys, b.countRows(t, `SELECT count(DISTINCT key) FROM ordered_jobs WHERE head AND seq = $1`, firstSeq))
+	require.EqualValues(t, keys, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE head`))
+	require.EqualValues(t, keys, b.countRows(t, `SELECT count(DISTINCT key) FROM ordered_jobs_now WHERE head AND seq = $1`, firstSeq))
 
 	jobs, err := b.client.Claim(b.ctx, keys)
 	require.NoError(t, err)
@@ -1411,7 +1414,7 @@ func TestEnqueueRunAtInFutureHoldsBackTheKey(t *testing.T) {
 	b.enqueue(t, "k", 2)
 
 	var availableAt time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at FROM ordered_jobs WHERE id = $1`, first.ID).Scan(&availableAt))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at FROM ordered_jobs_now WHERE id = $1`, first.ID).Scan(&availableAt))
 	require.WithinDuration(t, later, availableAt, time.Second)
 
 	b.claimNone(t, b.client) // neither k/1 (not due) nor k/2 (behind k/1)
@@ -1422,9 +1425,10 @@ func TestEnqueueRunAtInFutureHoldsBackTheKey(t *testing.T) {
 	require.Equal(t, "other", j.Key)
 	b.claimNone(t, b.client)
 
-	// Once k/1 is due, it runs, then k/2.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE id = $1`, first.ID)
+	// Once k/1 is due (its key's head row says when), it runs, then k/2.
+	tag, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() WHERE job_id = $1 AND state = 'queued'`, first.ID)
 	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "k/1 is its key's queued head")
 	j = b.claimOne(t, b.client)
 	require.Equal(t, first.ID, j.ID)
 	b.claimNone(t, b.client)

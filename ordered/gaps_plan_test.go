@@ -66,7 +66,7 @@ func TestClaimCostIndependentOfGapKeys(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, enqueueContiguousSQL, "probe-", 2, 1)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '3 hours' WHERE key LIKE 'probe-%'`)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() - interval '3 hours' WHERE key LIKE 'probe-%'`)
 	require.NoError(t, err)
 	probes := make([][2]int64, 2)
 	for i := range probes {
@@ -74,16 +74,17 @@ func TestClaimCostIndependentOfGapKeys(t *testing.T) {
 		require.Contains(t, j.Key, "probe-")
 		probes[i] = [2]int64{j.ID, j.ClaimVersion}
 	}
-	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_heads`)
 	require.NoError(t, err)
 	without, _ := claimBuffers(t, b, limit)
 	completeWithout, _ := completionBuffers(t, b, probes[0][0], probes[0][1])
 
 	_, err = b.pool.Exec(b.ctx, enqueueContiguousSQL, "gapped-", gapped, 2)
 	require.NoError(t, err)
+	// No head to make older: a key waiting on a gap has none. Its jobs' own times are older.
 	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '2 hours' WHERE key LIKE 'gapped-%'`)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_heads`)
 	require.NoError(t, err)
 	var waiting int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_gaps`).Scan(&waiting))

@@ -337,7 +337,7 @@ func TestSequenceModeMismatchRefused(t *testing.T) {
 	require.ErrorIs(t, err, ordered.ErrSequenceMismatch)
 	require.Contains(t, err.Error(), `plain`)
 	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs`).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now`).Scan(&n))
 	require.Equal(t, 2, n)
 
 	// A batch whose keys get different sequences from Config.Sequence is sent as one
@@ -358,7 +358,7 @@ func TestSequenceModeMismatchRefused(t *testing.T) {
 	require.True(t, res[3].Duplicate && res[4].Duplicate)
 	var key string
 	var seq int64
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT key, seq FROM ordered_jobs WHERE id = $1`, res[2].ID).Scan(&key, &seq))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT key, seq FROM ordered_jobs_now WHERE id = $1`, res[2].ID).Scan(&key, &seq))
 	require.Equal(t, "new/1", fmt.Sprintf("%s/%d", key, seq))
 	// A refusal in one mode's statement undoes the other's; the error names the event by its
 	// index in the batch.
@@ -370,7 +370,7 @@ func TestSequenceModeMismatchRefused(t *testing.T) {
 	var dup *ordered.DuplicateConflictError
 	require.ErrorAs(t, err, &dup)
 	require.Equal(t, 2, dup.Index)
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE key = 'plain-2' OR (key = 'cont' AND seq IN (4, 5))`).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'plain-2' OR (key = 'cont' AND seq IN (4, 5))`).Scan(&n))
 	require.Zero(t, n, "nothing of a refused batch was written")
 	bad := b.newClient(t, &ordered.Config{Sequence: policy.AllKeys(policy.Sequence{Contiguous: true,
 		Gap: policy.Gap{Action: policy.GapProceed}})})
@@ -470,7 +470,7 @@ func TestContiguousManyProducersRandomOrder(t *testing.T) {
 	waitFor(t, 90*time.Second, "every job to finish", func() bool {
 		var open int
 		require.NoError(t, b.pool.QueryRow(b.ctx,
-			`SELECT count(*) FROM ordered_jobs WHERE status NOT IN ('done', 'failed')`).Scan(&open))
+			`SELECT count(*) FROM ordered_jobs_now WHERE status NOT IN ('done', 'failed')`).Scan(&open))
 		return open == 0
 	})
 
@@ -478,7 +478,7 @@ func TestContiguousManyProducersRandomOrder(t *testing.T) {
 	for _, e := range all {
 		h.Enqueued = append(h.Enqueued, history.ID{Key: e.Key, Seq: e.Seq})
 	}
-	rows, err := b.pool.Query(b.ctx, `SELECT key, seq, status, finished_at FROM ordered_jobs`)
+	rows, err := b.pool.Query(b.ctx, `SELECT key, seq, status, finished_at FROM ordered_jobs_now`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var j history.Job
@@ -504,8 +504,8 @@ func TestContiguousManyProducersRandomOrder(t *testing.T) {
 	require.NoError(t, rows.Err())
 	// The events did arrive out of order: some seq was enqueued after a higher one of its key.
 	var early int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs AS j
-		WHERE EXISTS (SELECT 1 FROM ordered_jobs AS h WHERE h.key = j.key AND h.seq > j.seq AND h.id < j.id)`).Scan(&early))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now AS j
+		WHERE EXISTS (SELECT 1 FROM ordered_jobs_now AS h WHERE h.key = j.key AND h.seq > j.seq AND h.id < j.id)`).Scan(&early))
 	require.Positive(t, early)
 	report := history.Check(h)
 	require.True(t, report.Clean(true), "%+v", report)
@@ -555,8 +555,8 @@ func TestContiguousEnqueueRepeatableReadAfterCompletion(t *testing.T) {
 	j1 := b.claimOne(t, b.client)
 	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
-	defer tx.Rollback(b.ctx)                                     //nolint:errcheck
-	_, err = tx.Exec(b.ctx, `SELECT count(*) FROM ordered_jobs`) // takes the snapshot
+	defer tx.Rollback(b.ctx)                                         //nolint:errcheck
+	_, err = tx.Exec(b.ctx, `SELECT count(*) FROM ordered_jobs_now`) // takes the snapshot
 	require.NoError(t, err)
 	require.NoError(t, b.client.Complete(b.ctx, j1))
 

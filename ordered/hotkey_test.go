@@ -65,15 +65,16 @@ func TestClaimCostIndependentOfHotKeyBacklog(t *testing.T) {
 	}
 	_, err := b.client.EnqueueMany(b.ctx, evs)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `ANALYZE ordered_jobs`)
+	_, err = b.pool.Exec(b.ctx, `ANALYZE ordered_jobs, ordered_heads`)
 	require.NoError(t, err)
 	without, _ := claimBuffers(t, b, limit)
 
 	// The hot key: its head older than every other job, claimed and running, then a deep backlog.
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '1 hour'`)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '1 hour';
+		UPDATE ordered_heads SET available_at = now() - interval '1 hour'`)
 	require.NoError(t, err)
 	b.enqueue(t, "hot", 0)
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '2 hours' WHERE key = 'hot'`)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() - interval '2 hours' WHERE key = 'hot'`)
 	require.NoError(t, err)
 	require.Equal(t, "hot", b.claimOne(t, b.client).Key)
 	for lo := 1; lo <= hot; lo += 10_000 {
@@ -88,7 +89,7 @@ func TestClaimCostIndependentOfHotKeyBacklog(t *testing.T) {
 	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '2 hours'
 		WHERE key = 'hot' AND status = 'queued'`)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_heads`)
 	require.NoError(t, err)
 
 	with, plan := claimBuffers(t, b, limit)
@@ -101,10 +102,10 @@ func TestClaimCostIndependentOfHotKeyBacklog(t *testing.T) {
 		SELECT 'history', g, '{}', 1, 'done', now() FROM generate_series(0, 49999) AS g`)
 	require.NoError(t, err)
 	b.enqueue(t, "history", 50_000)
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '3 hours'
-		WHERE key = 'history' AND status = 'queued'`)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() - interval '3 hours'
+		WHERE key = 'history'`)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_heads`)
 	require.NoError(t, err)
 	withHistory, plan := claimBuffers(t, b, limit)
 	t.Logf("claim of %d with a 50,000-job finished history under one head: %d buffers", limit, withHistory)
@@ -131,7 +132,7 @@ func TestClaimCostIndependentOfStaleStatistics(t *testing.T) {
 	compare := func(t *testing.T, b *testBundle) {
 		t.Helper()
 		stale, plan := claimBuffers(t, b, limit)
-		_, err := b.pool.Exec(b.ctx, `ANALYZE ordered_jobs`)
+		_, err := b.pool.Exec(b.ctx, `ANALYZE ordered_jobs, ordered_heads`)
 		require.NoError(t, err)
 		fresh, _ := claimBuffers(t, b, limit)
 		t.Logf("claim of %d among %d ready heads: %d buffers planned from stale statistics, %d from fresh",
@@ -149,7 +150,7 @@ func TestClaimCostIndependentOfStaleStatistics(t *testing.T) {
 			SELECT 'history-' || (g % 1000), g, '{}', 1, 'done', now()
 			FROM generate_series(0, 49999) AS g`)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+		_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_heads`)
 		require.NoError(t, err)
 		readyOthers(t, b)
 		compare(t, b)
@@ -166,7 +167,7 @@ func TestClaimCostIndependentOfStaleStatistics(t *testing.T) {
 			INSERT INTO ordered_jobs (key, seq, payload, max_attempts)
 			SELECT 'hot', g, '{}', 1 FROM generate_series(1, 50000) AS g`)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs`)
+		_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_heads`)
 		require.NoError(t, err)
 		b.enqueue(t, "hot", 0)
 		require.Equal(t, "hot", b.claimOne(t, b.client).Key)
@@ -295,7 +296,7 @@ func TestEnqueueCostIndependentOfKeyBacklog(t *testing.T) {
 	}
 	_, err = b.client.EnqueueMany(b.ctx, hot)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_keys`)
+	_, err = b.pool.Exec(b.ctx, `VACUUM ANALYZE ordered_jobs, ordered_keys, ordered_heads`)
 	require.NoError(t, err)
 
 	check := func(what string, hotSeq, coldSeq int64) {
@@ -307,8 +308,8 @@ func TestEnqueueCostIndependentOfKeyBacklog(t *testing.T) {
 	}
 	check("appending behind a queued head", 1_000_000, 1_000_000)
 	check("an event below a queued head", 5, 5)
-	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET status = 'running', attempts = 1, claim_version = 1,
-		lease_until = now() + interval '1 hour', attempted_at = now() WHERE head AND key IN ('hot', 'cold')`)
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET state = 'running', attempts = 1, claim_version = 1,
+		lease_until = now() + interval '1 hour', attempted_at = now() WHERE key IN ('hot', 'cold')`)
 	require.NoError(t, err)
 	check("appending behind a running head", 1_000_000, 1_000_000)
 }

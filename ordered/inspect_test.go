@@ -141,8 +141,8 @@ func hostname(t *testing.T) string {
 }
 
 // A batch's later jobs stay queued in their rows while they run under the claim of its first
-// job: Stats, Job, KeyTimeline, RunningJobs and Workers show them running, as their claims
-// returned them, and expired with their batch's lease.
+// job, which its key's head row holds: Stats, Job, KeyTimeline, RunningJobs and Workers show
+// them running, as their claims returned them, and expired with their batch's lease.
 func TestBatchLaterJobsShowAsRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &ordered.Config{Lease: time.Minute})

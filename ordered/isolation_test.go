@@ -37,8 +37,8 @@ func TestEnqueueTxRepeatableReadAfterCompletion(t *testing.T) {
 
 			tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: iso})
 			require.NoError(t, err)
-			defer tx.Rollback(b.ctx)                              //nolint:errcheck
-			_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs`) // takes the snapshot
+			defer tx.Rollback(b.ctx)                                  //nolint:errcheck
+			_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs_now`) // takes the snapshot
 			require.NoError(t, err)
 
 			require.NoError(t, b.client.Complete(b.ctx, running)) // k/10 done after the snapshot
@@ -67,7 +67,7 @@ func TestEnqueueTxRepeatableReadMissesStartedLaterJob(t *testing.T) {
 	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
 	defer tx.Rollback(b.ctx) //nolint:errcheck
-	_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs`)
+	_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs_now`)
 	require.NoError(t, err)
 
 	require.NoError(t, b.client.Complete(b.ctx, first))
@@ -83,7 +83,8 @@ func TestEnqueueTxRepeatableReadMissesStartedLaterJob(t *testing.T) {
 // A replay moves its key's head. A CompleteTx or EnqueueTx in a REPEATABLE READ or
 // SERIALIZABLE transaction whose snapshot predates the replay fails with a serialization
 // error, rather than compute heads from the snapshot, where the replayed job is still failed
-// (the completion left the key with no claimable head, the enqueue with two heads).
+// (the completion would leave the key with no claimable head, the enqueue would make its new
+// job the key's head above the replayed one).
 func TestRepeatableReadAfterReplay(t *testing.T) {
 	t.Parallel()
 	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
@@ -106,7 +107,7 @@ func TestRepeatableReadAfterReplay(t *testing.T) {
 			tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: iso})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-			_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs`) // takes the snapshot
+			_, err = tx.Exec(b.ctx, `SELECT 1 FROM ordered_jobs_now`) // takes the snapshot
 			require.NoError(t, err)
 			require.NoError(t, b.client.Replay(b.ctx, id, ordered.ReplayParams{}))
 			return tx
@@ -136,15 +137,16 @@ func TestRepeatableReadAfterReplay(t *testing.T) {
 			_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 5})
 			require.NoError(t, err)
 			var heads int
-			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE key = 'k' AND head`).Scan(&heads))
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'k' AND head`).Scan(&heads))
 			require.Equal(t, 1, heads)
 			require.Equal(t, int64(1), b.claimOne(t, b.client).Seq)
 		})
 	}
 }
 
-// Archival locks key rows in key order, as enqueues do: an enqueue transaction that holds one
-// key and then takes another never deadlocks with an archiver waiting on the first.
+// Archival passes key rows another transaction holds (FOR NO KEY UPDATE SKIP LOCKED, in key
+// order): an enqueue transaction that holds one key and then takes another neither waits for
+// nor deadlocks with an archiver, and the key passed is archived once it is free.
 func TestArchiveAndEnqueueDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -162,22 +164,17 @@ func TestArchiveAndEnqueueDoNotDeadlock(t *testing.T) {
 	_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: "k001", Seq: 2})
 	require.NoError(t, err)
 
-	archiver, err := b.pool.Acquire(b.ctx)
+	// The archiver never waits for a key an enqueue holds: it passes it, and archives the rest.
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 1000})
 	require.NoError(t, err)
-	defer archiver.Release()
-	var pid int
-	require.NoError(t, archiver.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-	archived := make(chan error, 1)
-	go func() {
-		_, err := archiver.Exec(b.ctx, `SELECT ordered_archive('0 seconds', 1000)`)
-		archived <- err
-	}()
-	waitForLockWait(t, b, pid)
+	require.Equal(t, keys-1, n, "every done job but the held key's")
 
 	_, err = b.client.EnqueueTx(b.ctx, tx, ordered.Event{Key: fmt.Sprintf("k%03d", keys), Seq: 2})
-	require.NoError(t, err, "the enqueue deadlocked with the archiver")
+	require.NoError(t, err, "the enqueue waited for or deadlocked with the archiver")
 	require.NoError(t, tx.Commit(b.ctx))
-	require.NoError(t, <-archived)
+	n, err = b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 1000})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the key passed is archived once it is free")
 	require.Equal(t, 0, b.countStatus(t, "done"))
 }
 
@@ -189,13 +186,13 @@ func TestWorkerCancelsHandlerWhenLeaseRunsOutUnrenewed(t *testing.T) {
 	_, err := b.pool.Exec(b.ctx, `
 		CREATE FUNCTION renewals_down() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-		    IF OLD.status = 'running' AND NEW.status = 'running' AND NEW.lease_until > OLD.lease_until
+		    IF OLD.state = 'running' AND NEW.state = 'running' AND NEW.lease_until > OLD.lease_until
 		       AND NEW.claim_version = OLD.claim_version THEN
 		        RAISE EXCEPTION 'renewals are down';
 		    END IF;
 		    RETURN NEW;
 		END $$;
-		CREATE TRIGGER renewals_down BEFORE UPDATE ON ordered_jobs FOR EACH ROW EXECUTE FUNCTION renewals_down()`)
+		CREATE TRIGGER renewals_down BEFORE UPDATE ON ordered_heads FOR EACH ROW EXECUTE FUNCTION renewals_down()`)
 	require.NoError(t, err)
 	c := b.newClient(t, &ordered.Config{Lease: 900 * time.Millisecond})
 	b.enqueue(t, "k", 1)

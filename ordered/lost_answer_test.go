@@ -134,7 +134,7 @@ func TestWorkerLeavesANextJobWhoseLeaseRanOutMeanwhile(t *testing.T) {
 	leaseExpired := func(id int64) bool {
 		var expired bool
 		err := b.pool.QueryRow(b.ctx, `SELECT status = 'running' AND lease_until < clock_timestamp()
-			FROM ordered_jobs WHERE id = $1`, id).Scan(&expired)
+			FROM ordered_jobs_now WHERE id = $1`, id).Scan(&expired)
 		return err == nil && expired
 	}
 	// The error reaches the worker only once the lease of a/2, claimed by the batch, is over.
@@ -314,7 +314,7 @@ func batchOf(jobs []*ordered.Job) (ids, versions []int64, keys []string) {
 // hasStatus reports whether job id has status; usable off the test's goroutine.
 func (b *testBundle) hasStatus(id int64, status string) bool {
 	var got string
-	err := b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE id = $1`, id).Scan(&got)
+	err := b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs_now WHERE id = $1`, id).Scan(&got)
 	return err == nil && got == status
 }
 

@@ -54,7 +54,7 @@ func TestArchiveDeletesDoneJobsInBatches(t *testing.T) {
 	res, err := b.client.Enqueue(b.ctx, ordered.Event{Key: "k0", Seq: 1})
 	require.NoError(t, err)
 	require.Equal(t, ordered.EnqueueResult{Duplicate: true, Archived: true}, res)
-	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'k0'`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'k0'`))
 }
 
 // An event at or below a key's archived history whose job is no longer stored is taken as
@@ -115,7 +115,7 @@ func TestEnqueueAtOrBelowArchivedHistoryIsANoOp(t *testing.T) {
 	}
 
 	// None of the archived events ever became a job.
-	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE key = 'k' AND seq IN (0, 1, 3, 4)`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'k' AND seq IN (0, 1, 3, 4)`))
 }
 
 // Beyond MaxBacklog queued jobs, enqueue fails with ErrBacklogFull and writes nothing.

@@ -32,8 +32,10 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 			require.NoError(t, err)
 		},
 		release: func(t *testing.T, b *testBundle) {
-			_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE seq = 1`)
+			// k/1 is its key's head: its head row says when it is due.
+			tag, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() WHERE key = 'k' AND seq = 1`)
 			require.NoError(t, err)
+			require.EqualValues(t, 1, tag.RowsAffected())
 			require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
 		},
 	}, {
@@ -45,8 +47,10 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 			require.Equal(t, ordered.OutcomeRetried, out)
 		},
 		release: func(t *testing.T, b *testBundle) {
-			_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() WHERE seq = 1`)
+			// The retry's backoff is in k/1's head row.
+			tag, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() WHERE key = 'k' AND seq = 1`)
 			require.NoError(t, err)
+			require.EqualValues(t, 1, tag.RowsAffected())
 			j := b.claimOne(t, b.client)
 			require.Equal(t, int64(1), j.Seq)
 			require.Equal(t, 2, j.Attempt)
@@ -62,7 +66,7 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 		release: func(t *testing.T, b *testBundle) {
 			var j ordered.Job
 			require.NoError(t, b.pool.QueryRow(b.ctx,
-				`SELECT id, claim_version FROM ordered_jobs WHERE seq = 1`).Scan(&j.ID, &j.ClaimVersion))
+				`SELECT id, claim_version FROM ordered_jobs_now WHERE seq = 1`).Scan(&j.ID, &j.ClaimVersion))
 			require.NoError(t, b.client.Complete(b.ctx, &j))
 		},
 	}, {
@@ -75,7 +79,7 @@ func TestLaterEventWaitsForEarlier(t *testing.T) {
 		},
 		release: func(t *testing.T, b *testBundle) {
 			var id int64
-			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM ordered_jobs WHERE seq = 1`).Scan(&id))
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM ordered_jobs_now WHERE seq = 1`).Scan(&id))
 			released, err := b.client.Skip(b.ctx, id)
 			require.NoError(t, err)
 			require.True(t, released)
@@ -187,15 +191,16 @@ func TestEnqueueBelowHeadRacingClaimIsLate(t *testing.T) {
 	b := setup(t, nil)
 	b.enqueue(t, "k", 5)
 
-	// Hold the head row locked, as an in-flight claim would, while an enqueue of seq 3 runs.
+	// Hold the key's head row locked, claimed as an in-flight claim would write it, while an
+	// enqueue of seq 3 runs.
 	claimTx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	defer claimTx.Rollback(b.ctx) //nolint:errcheck
 	var headID int64
 	require.NoError(t, claimTx.QueryRow(b.ctx,
-		`UPDATE ordered_jobs SET status = 'running', attempts = attempts + 1,
-		   claim_version = claim_version + 1, lease_until = now() + interval '1 minute'
-		 WHERE key = 'k' AND seq = 5 RETURNING id`).Scan(&headID))
+		`UPDATE ordered_heads SET state = 'running', attempts = attempts + 1,
+		   claim_version = claim_version + 1, lease_until = now() + interval '1 minute', attempted_at = now()
+		 WHERE key = 'k' AND seq = 5 AND state = 'queued' RETURNING job_id`).Scan(&headID))
 
 	enqTx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
@@ -217,6 +222,6 @@ func TestEnqueueBelowHeadRacingClaimIsLate(t *testing.T) {
 	require.NoError(t, enqTx.Rollback(b.ctx))
 
 	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE key = 'k'`).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'k'`).Scan(&n))
 	require.Equal(t, 1, n)
 }

@@ -74,7 +74,7 @@ func TestWorkerFencesItselfWhenCutOff(t *testing.T) {
 		close(running)
 		<-ctx.Done()
 		var held bool
-		err := b.pool.QueryRow(b.ctx, `SELECT clock_timestamp() < lease_until FROM ordered_jobs WHERE id = $1`, j.ID).Scan(&held)
+		err := b.pool.QueryRow(b.ctx, `SELECT clock_timestamp() < lease_until FROM ordered_jobs_now WHERE id = $1`, j.ID).Scan(&held)
 		cancelled <- cancellation{leaseHeld: held, err: err, cause: context.Cause(ctx)}
 		return ctx.Err()
 	}), &ordered.WorkerConfig{PollInterval: 100 * time.Millisecond, StopGrace: 1200 * time.Millisecond, Registerer: reg})
@@ -117,7 +117,7 @@ func TestWorkerFencesItselfWhenCutOff(t *testing.T) {
 	require.NoError(t, w.Stop(b.ctx)) // every job of the first worker settled, or given up
 	var status string
 	var version int64
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, claim_version FROM ordered_jobs WHERE id = $1`, id).Scan(&status, &version))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, claim_version FROM ordered_jobs_now WHERE id = $1`, id).Scan(&status, &version))
 	require.Equal(t, "running", status, "the first worker settled its lost claim")
 	require.Equal(t, taken.ClaimVersion, version)
 	require.NoError(t, other.Complete(b.ctx, taken), "the job's outcome is the second client's")

@@ -232,8 +232,8 @@ func (b *testBundle) everyOperation(t *testing.T, c *ordered.Client, pool *pgxpo
 
 	enqueue("d", 1, 2) // d/1 exhausts its attempts and blocks d/2 for good
 	d1 := claim("d", 1)
-	_, err = b.pool.Exec(ctx, `UPDATE ordered_jobs
-		SET attempts = max_attempts, lease_until = now() - interval '1 second' WHERE id = $1`, d1.ID)
+	_, err = b.pool.Exec(ctx, `UPDATE ordered_heads
+		SET attempts = max_attempts, lease_until = now() - interval '1 second' WHERE job_id = $1`, d1.ID)
 	require.NoError(t, err)
 	n, err := c.FailExhausted(ctx, 10)
 	require.NoError(t, err)

@@ -123,7 +123,7 @@ func (b *poolerBundle) workload(t *testing.T, keys, seqs int) {
 func (b *poolerBundle) doneCount(t *testing.T) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE status = 'done'`).Scan(&n))
+	require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now WHERE status = 'done'`).Scan(&n))
 	return n
 }
 
@@ -132,7 +132,7 @@ func (b *poolerBundle) doneCount(t *testing.T) int {
 func (b *poolerBundle) checkDrained(t *testing.T, l *runLog, keys, seqs int) {
 	t.Helper()
 	var states []string
-	rows, err := b.direct.Query(b.ctx, `SELECT status || ' ' || count(*) FROM ordered_jobs GROUP BY status ORDER BY 1`)
+	rows, err := b.direct.Query(b.ctx, `SELECT status || ' ' || count(*) FROM ordered_jobs_now GROUP BY status ORDER BY 1`)
 	require.NoError(t, err)
 	states, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -280,7 +280,7 @@ func TestPoolerEnqueueInCallersTransaction(t *testing.T) {
 			business, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 			require.NoError(t, err)
 			require.Equal(t, want, business, "business rows: the committed ones")
-			rows, err = b.direct.Query(b.ctx, `SELECT seq FROM ordered_jobs ORDER BY seq`)
+			rows, err = b.direct.Query(b.ctx, `SELECT seq FROM ordered_jobs_now ORDER BY seq`)
 			require.NoError(t, err)
 			jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 			require.NoError(t, err)
@@ -319,7 +319,7 @@ func TestPoolerTxHandlerCompletesInItsTransaction(t *testing.T) {
 
 			var business, firstAttempt int
 			require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM business`).Scan(&business))
-			require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs
+			require.NoError(t, b.direct.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now
 				WHERE status = 'done' AND attempts = 1`).Scan(&firstAttempt))
 			require.Equal(t, keys*seqs, business, "a business row a job")
 			require.Equal(t, keys*seqs, firstAttempt, "jobs done on their first attempt; the log: %s", b.log.String())

@@ -96,10 +96,10 @@ func TestWorkerRenewsLeasesWhileHandlersHoldThePool(t *testing.T) {
 			waitFor(t, 3*time.Minute, "every job settled", func() bool {
 				var unsettled int
 				require.NoError(t, b.pool.QueryRow(b.ctx,
-					`SELECT count(*) FROM ordered_jobs WHERE status NOT IN ('done', 'failed')`).Scan(&unsettled))
+					`SELECT count(*) FROM ordered_jobs_now WHERE status NOT IN ('done', 'failed')`).Scan(&unsettled))
 				return unsettled == 0
 			})
-			rows, err := b.pool.Query(b.ctx, `SELECT id, status, attempts FROM ordered_jobs ORDER BY id`)
+			rows, err := b.pool.Query(b.ctx, `SELECT id, status, attempts FROM ordered_jobs_now ORDER BY id`)
 			require.NoError(t, err)
 			type row struct {
 				ID       int64

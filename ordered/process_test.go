@@ -484,7 +484,7 @@ func (b *testBundle) job(t *testing.T, id int64) jobRow {
 	t.Helper()
 	var j jobRow
 	require.NoError(t, b.pool.QueryRow(b.ctx,
-		`SELECT status, attempts, claim_version, attempted_at FROM ordered_jobs WHERE id = $1`, id).
+		`SELECT status, attempts, claim_version, attempted_at FROM ordered_jobs_now WHERE id = $1`, id).
 		Scan(&j.Status, &j.Attempts, &j.ClaimVersion, &j.AttemptedAt))
 	return j
 }
@@ -526,7 +526,7 @@ func TestProcessKilledMidJobIsTakenOverAfterLease(t *testing.T) {
 	waitFor(t, 10*time.Second, "A renewed its lease", func() bool {
 		var renewed bool
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT lease_until > attempted_at + $2::interval
-			FROM ordered_jobs WHERE id = $1`, ids[0], lease).Scan(&renewed))
+			FROM ordered_jobs_now WHERE id = $1`, ids[0], lease).Scan(&renewed))
 		return renewed
 	})
 	before := b.job(t, ids[0])
@@ -535,7 +535,7 @@ func TestProcessKilledMidJobIsTakenOverAfterLease(t *testing.T) {
 
 	a.kill(t)
 	var killedAt, leaseAtKill time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp(), lease_until FROM ordered_jobs WHERE id = $1`,
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp(), lease_until FROM ordered_jobs_now WHERE id = $1`,
 		ids[0]).Scan(&killedAt, &leaseAtKill))
 
 	waitFor(t, 15*time.Second, "k/1 and k/2 done", func() bool {
@@ -847,7 +847,7 @@ func TestPostgresRestartMidRun(t *testing.T) {
 	watch := newAppPool(t, ctx, cluster.URL(), "ordered-test-restart-watch", 2)
 	countDone := func() int {
 		var n int
-		if err := watch.QueryRow(ctx, `SELECT count(*) FROM ordered_jobs WHERE status = 'done'`).Scan(&n); err != nil {
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM ordered_jobs_now WHERE status = 'done'`).Scan(&n); err != nil {
 			return -1
 		}
 		return n
@@ -958,8 +958,8 @@ func TestWorkerRetriesClaimAfterError(t *testing.T) {
 			END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER fail_first_claim BEFORE UPDATE ON ordered_jobs FOR EACH ROW
-			WHEN (OLD.status = 'queued' AND NEW.status = 'running')
+		CREATE TRIGGER fail_first_claim BEFORE UPDATE ON ordered_heads FOR EACH ROW
+			WHEN (OLD.state = 'queued' AND NEW.state = 'running')
 			EXECUTE FUNCTION fail_first_claim();`)
 	require.NoError(t, err)
 	app := "ordered-test-claim-error-" + b.queue.Schema

@@ -32,8 +32,8 @@ func TestCompletionsTrailingClaimReportsRecoveredJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, crashed, 1)
 	require.Equal(t, "k", crashed[0].Key)
-	tag, err := q.Pool.Exec(ctx, `UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond'
-		WHERE id = $1 AND status = 'running'`, crashed[0].ID) // ... and whose lease ran out
+	tag, err := q.Pool.Exec(ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond'
+		WHERE job_id = $1 AND state = 'running'`, crashed[0].ID) // ... and whose lease ran out
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 

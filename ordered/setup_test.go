@@ -90,11 +90,11 @@ func describe(jobs []*ordered.Job) []string {
 	return out
 }
 
-// jobStatus reads a job's status straight from the table.
+// jobStatus reads a job's status as it runs (ordered_jobs_now: a claimed head is running).
 func (b *testBundle) jobStatus(t *testing.T, id int64) string {
 	t.Helper()
 	var s string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE id = $1`, id).Scan(&s))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs_now WHERE id = $1`, id).Scan(&s))
 	return s
 }
 
@@ -102,7 +102,7 @@ func (b *testBundle) jobStatus(t *testing.T, id int64) string {
 func (b *testBundle) expireLease(t *testing.T, id int64) {
 	t.Helper()
 	tag, err := b.pool.Exec(b.ctx,
-		`UPDATE ordered_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = $1 AND status = 'running'`, id)
+		`UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE job_id = $1 AND state = 'running'`, id)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 }

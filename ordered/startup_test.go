@@ -112,7 +112,11 @@ func TestWorkerStopsWhenTheSchemaChangesUnderIt(t *testing.T) {
 		}
 		require.Equal(t, "done", b.jobStatus(t, ids[0]), "the running job was settled")
 		require.Equal(t, []string{"1:queued:0"}, b.jobsOf(t, "other-"+key), "nothing ran after the stop")
-		_, err = b.pool.Exec(b.ctx, "DELETE FROM ordered_jobs WHERE id = $1", more[0])
+		// The job goes with its key: its head row and its key row.
+		_, err = b.pool.Exec(b.ctx, `
+			WITH head AS (DELETE FROM ordered_heads WHERE key = $2),
+			     k AS (DELETE FROM ordered_keys WHERE key = $2)
+			DELETE FROM ordered_jobs WHERE id = $1`, more[0], "other-"+key)
 		require.NoError(t, err)
 	}
 }

@@ -327,7 +327,7 @@ func (b *testBundle) requireGivenBack(t *testing.T, id int64) {
 	t.Helper()
 	var status string
 	var attempts int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts FROM ordered_jobs WHERE id = $1`, id).Scan(&status, &attempts))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts FROM ordered_jobs_now WHERE id = $1`, id).Scan(&status, &attempts))
 	require.Equal(t, "queued", status)
 	require.Equal(t, 0, attempts)
 }
@@ -406,7 +406,7 @@ func TestWorkerStopGivesBackJobWaitingForASlot(t *testing.T) {
 	require.NoError(t, <-stopped)
 	require.False(t, ranA2.Load(), "a/2 ran after Stop")
 	var bStatus string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs WHERE key = 'b' AND seq = 1`).Scan(&bStatus))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status FROM ordered_jobs_now WHERE key = 'b' AND seq = 1`).Scan(&bStatus))
 	require.Equal(t, "done", bStatus)
 }
 
@@ -513,7 +513,7 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 			claimedAhead := func() int {
 				var n int
 				require.NoError(t, b.pool.QueryRow(b.ctx,
-					"SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND claim_version > 0").Scan(&n))
+					"SELECT count(*) FROM ordered_jobs_now WHERE key LIKE 'k%' AND claim_version > 0").Scan(&n))
 				return n
 			}
 			givenBack := func() int {
@@ -528,7 +528,7 @@ func TestWorkerClaimsAheadOnlyForQuickHandlers(t *testing.T) {
 				waitFor(t, 30*time.Second, "the jobs claimed ahead given back", func() bool {
 					var held int
 					require.NoError(t, b.pool.QueryRow(b.ctx,
-						"SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND status = 'running'").Scan(&held))
+						"SELECT count(*) FROM ordered_jobs_now WHERE key LIKE 'k%' AND status = 'running'").Scan(&held))
 					return held == 0 && givenBack() >= claimedAhead()
 				})
 			} else {
@@ -592,7 +592,7 @@ func TestWorkerGivesBackNextJobsItCannotStart(t *testing.T) {
 	_, err := b.client.EnqueueMany(b.ctx, events)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "every first job done", func() bool {
-		return b.countRows(t, "SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND seq = 1 AND status = 'done'") == keys
+		return b.countRows(t, "SELECT count(*) FROM ordered_jobs_now WHERE key LIKE 'k%' AND seq = 1 AND status = 'done'") == keys
 	})
 	startWorker(t, b, b.newClient(t, nil), handler(&ranB), &ordered.WorkerConfig{Workers: slots, PollInterval: 20 * time.Millisecond})
 	waitFor(t, 10*time.Second, "the idle worker runs some of the slow jobs", func() bool { return ranB.Load() > 0 })
@@ -628,7 +628,7 @@ func TestWorkerGivesBackNothingItDidNotClaimAhead(t *testing.T) {
 	waitFor(t, 30*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == len(events) })
 	require.Zero(t, metricValue(t, reg, "ordered_claimed_ahead_given_back_total"), "jobs given back")
 	var claims int
-	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM ordered_jobs WHERE claim_version > 1").Scan(&claims))
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT count(*) FROM ordered_jobs_now WHERE claim_version > 1").Scan(&claims))
 	require.Zero(t, claims, "jobs claimed more than once")
 }
 
@@ -665,13 +665,13 @@ func TestWorkerRunsAJobItCouldNotGiveBack(t *testing.T) {
 		CREATE SEQUENCE release_attempts;
 		CREATE FUNCTION refuse_release() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF OLD.status = 'running' AND NEW.status = 'queued' AND NEW.attempts = OLD.attempts - 1 THEN
+			IF OLD.state = 'running' AND NEW.state = 'queued' AND NEW.attempts = OLD.attempts - 1 THEN
 				PERFORM nextval('release_attempts'); -- not rolled back with the statement
 				RAISE EXCEPTION 'release refused';
 			END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER refuse_release BEFORE UPDATE ON ordered_jobs
+		CREATE TRIGGER refuse_release BEFORE UPDATE ON ordered_heads
 			FOR EACH ROW EXECUTE FUNCTION refuse_release()`)
 	require.NoError(t, err)
 	b.enqueue(t, "gate", 1)
@@ -687,7 +687,7 @@ func TestWorkerRunsAJobItCouldNotGiveBack(t *testing.T) {
 	waitFor(t, 10*time.Second, "jobs claimed ahead, then a give-back tried for each", func() bool {
 		var refused int
 		require.NoError(t, b.pool.QueryRow(b.ctx, `
-			SELECT (SELECT count(*) FROM ordered_jobs WHERE key LIKE 'k%' AND claim_version > 0),
+			SELECT (SELECT count(*) FROM ordered_jobs_now WHERE key LIKE 'k%' AND claim_version > 0),
 			       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM release_attempts)`).Scan(&claimed, &refused))
 		return claimed > 0 && refused == claimed
 	})

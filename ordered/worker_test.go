@@ -60,14 +60,14 @@ func (b *testBundle) outlivedLeases(t *testing.T, id int64, n int, lease time.Du
 	t.Helper()
 	var outlived bool
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp() > attempted_at + $2 * $3::interval
-		FROM ordered_jobs WHERE id = $1`, id, n, lease).Scan(&outlived))
+		FROM ordered_jobs_now WHERE id = $1`, id, n, lease).Scan(&outlived))
 	return outlived
 }
 
 func (b *testBundle) countStatus(t *testing.T, status string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs WHERE status = $1`, status).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ordered_jobs_now WHERE status = $1`, status).Scan(&n))
 	return n
 }
 
@@ -178,7 +178,7 @@ func TestWorkerHeartbeatKeepsLongJob(t *testing.T) {
 	}), &ordered.WorkerConfig{Workers: 2, PollInterval: 20 * time.Millisecond})
 	waitFor(t, 20*time.Second, "the job done", func() bool { return b.jobStatus(t, id) == "done" })
 	var n int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, id).Scan(&n))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs_now WHERE id = $1`, id).Scan(&n))
 	require.Equal(t, 1, n)
 	_, again := attempts.Load(2)
 	require.False(t, again)
@@ -202,8 +202,10 @@ func TestWorkerLostLeaseCancelsHandler(t *testing.T) {
 	}), &ordered.WorkerConfig{PollInterval: time.Hour, Registerer: reg})
 	<-running
 	// Another worker takes the job over, as after a stall.
-	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET claim_version = claim_version + 1 WHERE id = $1`, id)
+	tag, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET claim_version = claim_version + 1
+		WHERE job_id = $1 AND state = 'running'`, id)
 	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 	select {
 	case err := <-cause:
 		require.ErrorIs(t, err, ordered.ErrLeaseLost)
@@ -404,7 +406,7 @@ func TestWorkerHandlerOutcomes(t *testing.T) {
 	require.Equal(t, "rate limited", b.lastError(t, ids["later"]))
 	require.Equal(t, "panic: kaboom", b.lastError(t, ids["panic"]))
 	var wait time.Duration
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at - now() FROM ordered_jobs WHERE id = $1`, ids["later"]).Scan(&wait))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at - now() FROM ordered_jobs_now WHERE id = $1`, ids["later"]).Scan(&wait))
 	require.Greater(t, wait, 50*time.Minute)
 
 	// Metrics after the known sequence: 4 claims, 1 completion, 2 retries, 1 blocking failure.
@@ -455,7 +457,7 @@ func TestWorkerMetricsRecoveryAndGauges(t *testing.T) {
 	b.enqueue(t, "other", 1)
 	b.claimOne(t, b.client) // a worker that dies holding k/1 ...
 	b.expireLease(t, id)    // ... and whose lease ran out
-	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_jobs SET available_at = now() - interval '1 minute' WHERE key = 'other'`)
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET available_at = now() - interval '1 minute' WHERE key = 'other'`)
 	require.NoError(t, err)
 	started := make(chan struct{}, 2)
 	release := make(chan struct{})
@@ -505,18 +507,18 @@ func TestWorkerStoresHandlerErrorsThatAreNotText(t *testing.T) {
 	require.Equal(t, `panic: bad \x00`, b.lastError(t, ids["panic"]))
 	var attempts int
 	var wait time.Duration
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts, available_at - now() FROM ordered_jobs WHERE id = $1`,
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts, available_at - now() FROM ordered_jobs_now WHERE id = $1`,
 		ids["later"]).Scan(&attempts, &wait))
 	require.Equal(t, 1, attempts, "retried once, with its delay")
 	require.Greater(t, wait, 50*time.Minute)
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, ids["permanent"]).Scan(&attempts))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs_now WHERE id = $1`, ids["permanent"]).Scan(&attempts))
 	require.Equal(t, 1, attempts, "failed for good at its first attempt")
 }
 
 func (b *testBundle) lastError(t *testing.T, id int64) string {
 	t.Helper()
 	var s *string
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT last_error FROM ordered_jobs WHERE id = $1`, id).Scan(&s))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT last_error FROM ordered_jobs_now WHERE id = $1`, id).Scan(&s))
 	if s == nil {
 		return ""
 	}
@@ -608,7 +610,7 @@ func TestWorkerCompletionWaitingForEnqueueKeepsLease(t *testing.T) {
 
 	waitFor(t, 10*time.Second, "k/1 done", func() bool { return b.jobStatus(t, id) == "done" })
 	var attempts int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs WHERE id = $1`, id).Scan(&attempts))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempts FROM ordered_jobs_now WHERE id = $1`, id).Scan(&attempts))
 	require.Equal(t, 1, attempts, "the job was run again: its lease lapsed while its completion waited")
 	_, again := runs.Load(2)
 	require.False(t, again)
@@ -637,7 +639,7 @@ func TestWorkerRenewsANextJobWhoseClaimAnsweredLate(t *testing.T) {
 	require.NoError(t, tx.Commit(b.ctx))
 	waitFor(t, 10*time.Second, "k/2 done", func() bool { return b.jobStatus(t, ids[1]) == "done" })
 	var version int64
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT claim_version FROM ordered_jobs WHERE id = $1`, ids[1]).Scan(&version))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT claim_version FROM ordered_jobs_now WHERE id = $1`, ids[1]).Scan(&version))
 	require.Equal(t, int64(1), version, "k/2 was given back and claimed again")
 	require.Zero(t, metricValue(t, reg, "ordered_lost_ownership_total"))
 }
@@ -741,7 +743,7 @@ func TestWorkerStopAndCancelGivesBackClaimedNextJob(t *testing.T) {
 	var status string
 	var attempts int
 	var attemptedAt *time.Time
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts, attempted_at FROM ordered_jobs WHERE id = $1`,
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT status, attempts, attempted_at FROM ordered_jobs_now WHERE id = $1`,
 		ids[1]).Scan(&status, &attempts, &attemptedAt))
 	require.Equal(t, "queued", status)
 	require.Equal(t, 0, attempts, "an attempt that never started is not counted")

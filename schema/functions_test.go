@@ -292,8 +292,8 @@ func TestFunctionsReplacedWhileClaimsRun(t *testing.T) {
 						err = rows.Err()
 					}
 					if err == nil && found {
-						_, err = callers.Exec(ctx, `UPDATE ordered_jobs SET status = 'queued', lease_until = NULL
-							WHERE id = $1 AND claim_version = $2`, id, version)
+						_, err = callers.Exec(ctx, `UPDATE ordered_heads SET state = 'queued', lease_until = NULL
+							WHERE job_id = $1 AND claim_version = $2`, id, version)
 					}
 				}
 				if err != nil {

@@ -32,6 +32,8 @@ func TestAdminOutputEscapesKeysAndErrors(t *testing.T) {
 	require.NoError(t, err)
 	_, err = q.Pool.Exec(ctx, `UPDATE ordered_keys SET key = $1 WHERE key = 'placeholder'`, key)
 	require.NoError(t, err)
+	_, err = q.Pool.Exec(ctx, `UPDATE ordered_heads SET key = $1 WHERE key = 'placeholder'`, key)
+	require.NoError(t, err)
 	c := newTestClient(t, q, time.Hour, policy.Block)
 	jobs := claimIDs(t, c, 1)
 	require.Equal(t, key, jobs[1].Key)
@@ -126,7 +128,7 @@ func TestEnqueueContiguousFlags(t *testing.T) {
 	require.Contains(t, r.stderr, "line 2")
 	require.Contains(t, r.stderr, "sequence mode mismatch")
 	var n int
-	require.NoError(t, q.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ordered_jobs`).Scan(&n))
+	require.NoError(t, q.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ordered_jobs_now`).Scan(&n))
 	require.Equal(t, 1, n, "a refused input enqueued something")
 
 	for args, want := range map[string]string{

@@ -178,8 +178,8 @@ func TestEnqueueRunAtIsStoredAsOrderedEnqueueStoresIt(t *testing.T) {
 		sent, err := time.Parse(time.RFC3339Nano, at)
 		require.NoError(t, err)
 		var cli, sql time.Time
-		require.NoError(t, q.Pool.QueryRow(ctx, `SELECT (SELECT run_at FROM ordered_jobs WHERE key = 'cli' AND seq = $1),
-			(SELECT run_at FROM ordered_jobs WHERE key = 'sql' AND seq = $1)`, seq).Scan(&cli, &sql))
+		require.NoError(t, q.Pool.QueryRow(ctx, `SELECT (SELECT run_at FROM ordered_jobs_now WHERE key = 'cli' AND seq = $1),
+			(SELECT run_at FROM ordered_jobs_now WHERE key = 'sql' AND seq = $1)`, seq).Scan(&cli, &sql))
 		require.True(t, sent.Truncate(time.Microsecond).Equal(cli), "%s: stored %s", at, cli)
 		require.True(t, cli.Equal(sql), "%s: the CLI stored %s, SQL %s", at, cli, sql)
 	}

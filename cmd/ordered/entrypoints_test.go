@@ -181,7 +181,7 @@ func TestEntryPointsAgree(t *testing.T) {
 				if w, ok := tc.wantBy[via]; ok {
 					want = w
 				}
-				_, err := q.Pool.Exec(context.Background(), `TRUNCATE ordered_jobs, ordered_keys RESTART IDENTITY`)
+				_, err := q.Pool.Exec(context.Background(), `TRUNCATE ordered_jobs, ordered_heads, ordered_keys RESTART IDENTITY`)
 				require.NoError(t, err)
 				if tc.setup != nil {
 					tc.setup(t, c)
@@ -237,7 +237,7 @@ func storedJobs(t *testing.T, q *orderedtest.Queue) []string {
 	rows, err := q.Pool.Query(context.Background(), `SELECT format('%s id=%s/%s %s kind=%s payload=%s run_at=%s max_attempts=%s head=%s',
 			status, id, key, seq, kind, payload, coalesce(to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '-'),
 			max_attempts, head)
-		FROM ordered_jobs ORDER BY key, seq`)
+		FROM ordered_jobs_now ORDER BY key, seq`)
 	require.NoError(t, err)
 	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

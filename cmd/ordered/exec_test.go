@@ -232,7 +232,7 @@ func TestWorkExecEnvironment(t *testing.T) {
 	require.Greater(t, v2, v1, "every claim of the job has a higher claim version")
 	var version int64
 	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT claim_version FROM ordered_jobs WHERE key = 'a'").Scan(&version))
+		"SELECT claim_version FROM ordered_jobs_now WHERE key = 'a'").Scan(&version))
 	require.Equal(t, version, v2, "ORDERED_CLAIM_VERSION is the claim's")
 	for name, vars := range map[string]map[string]string{"a-1": a1, "a-2": a2, "b-1": b1} {
 		for k := range vars {

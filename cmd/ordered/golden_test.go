@@ -178,7 +178,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	slices.Sort(outs)
 	require.Equal(t, []string{"schema is up to date\n", "schema is up to date\n", "schema is up to date\n"}, outs[1:])
-	require.True(t, strings.HasPrefix(outs[0], "applied migrations [1 2 3 4 5 6 7]\napplied functions "), outs[0])
+	require.True(t, strings.HasPrefix(outs[0], "applied migrations [1 2 3 4 5 6 7 8]\napplied functions "), outs[0])
 }
 
 func TestGoldenEnqueue(t *testing.T) {
@@ -213,7 +213,7 @@ func TestGoldenEnqueue(t *testing.T) {
 	// A duplicate with other content changes nothing: cust-2/1 keeps its kind and payload.
 	var kind, payload string
 	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT kind, payload::text FROM ordered_jobs WHERE key = 'cust-2' AND seq = 1").Scan(&kind, &payload))
+		"SELECT kind, payload::text FROM ordered_jobs_now WHERE key = 'cust-2' AND seq = 1").Scan(&kind, &payload))
 	require.Equal(t, "invoice.created", kind)
 	require.JSONEq(t, `{"amount":250}`, payload)
 }

@@ -139,7 +139,7 @@ func withSchema(url, schema string) string {
 func jobCount(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM ordered_jobs").Scan(&n))
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM ordered_jobs_now").Scan(&n))
 	return n
 }
 
@@ -160,7 +160,7 @@ func jobStatesAre(pool *pgxpool.Pool, states ...string) bool {
 
 func queryJobStates(pool *pgxpool.Pool) ([]string, error) {
 	rows, err := pool.Query(context.Background(),
-		"SELECT key || '/' || seq || ' ' || status || ' attempts=' || attempts FROM ordered_jobs ORDER BY key, seq")
+		"SELECT key || '/' || seq || ' ' || status || ' attempts=' || attempts FROM ordered_jobs_now ORDER BY key, seq")
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func TestWorkPartitionedWorkerEndsItsCommandBeforeTheLeaseExpires(t *testing.T) 
 	requireTreeGone(t, w, procs, 30*time.Second, "the partitioned worker's command outlived its fence")
 	var leased bool
 	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT status = 'running' AND lease_until > clock_timestamp() FROM ordered_jobs WHERE id = 1").Scan(&leased))
+		"SELECT status = 'running' AND lease_until > clock_timestamp() FROM ordered_jobs_now WHERE id = 1").Scan(&leased))
 	require.True(t, leased, "the command must be gone while the database still holds its claim")
 	requireTrapRan(t, r, "1-1")
 

@@ -117,7 +117,7 @@ func TestPoolerEnqueueWorkAdmin(t *testing.T) {
 			count := func(where string) int {
 				var n int
 				require.NoError(t, q.Pool.QueryRow(context.Background(),
-					"SELECT count(*) FROM ordered_jobs WHERE "+where).Scan(&n))
+					"SELECT count(*) FROM ordered_jobs_now WHERE "+where).Scan(&n))
 				return n
 			}
 			require.Eventually(t, func() bool { return count("status = 'done'") >= keys*seqs/3 },

@@ -66,14 +66,14 @@ func TestPsqlProducerEnqueuesWithItsBusinessRows(t *testing.T) {
 	// Every invoice has its job and every job its invoice; processed lists what ran, by key in
 	// the order it ran.
 	invoices := `SELECT i.customer || '/' || i.seq || ' ' || coalesce(j.payload->>'invoice', 'no job')
-		FROM invoices AS i FULL JOIN ordered_jobs AS j ON j.key = i.customer AND j.seq = i.seq
+		FROM invoices AS i FULL JOIN ordered_jobs_now AS j ON j.key = i.customer AND j.seq = i.seq
 		ORDER BY 1`
 	processed := `SELECT key || ' ' || string_agg(seq::text, ',' ORDER BY n) FROM processed GROUP BY key ORDER BY key`
 
 	require.Empty(t, runPsql(t, q.URL, "producer.sql"))
 	require.Equal(t, []string{"cust-1/1 in_1", "cust-1/2 in_2", "cust-1/3 in_4", "cust-2/1 in_3", "cust-2/2 in_5"},
 		strs(t, invoices), "the committed invoices and their events, and nothing of the rolled-back one")
-	require.Equal(t, []string{"5"}, strs(t, `SELECT max_attempts::text FROM ordered_jobs WHERE key = 'cust-2' AND seq = 2`))
+	require.Equal(t, []string{"5"}, strs(t, `SELECT max_attempts::text FROM ordered_jobs_now WHERE key = 'cust-2' AND seq = 2`))
 	drain(t)
 	require.Equal(t, []string{"cust-1 1,2,3", "cust-2 1,2"}, strs(t, processed))
 

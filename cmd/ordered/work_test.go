@@ -198,10 +198,10 @@ func TestWorkExecProtocol(t *testing.T) {
 
 			var lastError string
 			require.NoError(t, q.Pool.QueryRow(context.Background(),
-				"SELECT last_error FROM ordered_jobs WHERE id = 3").Scan(&lastError))
+				"SELECT last_error FROM ordered_jobs_now WHERE id = 3").Scan(&lastError))
 			require.Contains(t, lastError, "65")
 			require.NoError(t, q.Pool.QueryRow(context.Background(),
-				"SELECT last_error FROM ordered_jobs WHERE id = 5").Scan(&lastError))
+				"SELECT last_error FROM ordered_jobs_now WHERE id = 5").Scan(&lastError))
 			require.Contains(t, lastError, "status 3")
 		})
 	}
@@ -220,7 +220,7 @@ func TestWorkMaxAttemptsFlag(t *testing.T) {
 	var attempts, maxAttempts int
 	require.Eventually(t, func() bool {
 		err := q.Pool.QueryRow(context.Background(),
-			"SELECT status, attempts, max_attempts FROM ordered_jobs WHERE id = 1").Scan(&status, &attempts, &maxAttempts)
+			"SELECT status, attempts, max_attempts FROM ordered_jobs_now WHERE id = 1").Scan(&status, &attempts, &maxAttempts)
 		return err == nil && attempts >= 2 && status != "running"
 	}, 15*time.Second, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
 	require.Equal(t, "blocked attempts=2", fmt.Sprintf("%s attempts=%d", status, attempts),
@@ -238,7 +238,7 @@ func TestWorkLostClaimTerminatesCommand(t *testing.T) {
 	procs := r.waitTree(t, w, "1-1")
 
 	tag, err := q.Pool.Exec(context.Background(),
-		"UPDATE ordered_jobs SET claim_version = claim_version + 1 WHERE id = 1 AND status = 'running'")
+		"UPDATE ordered_heads SET claim_version = claim_version + 1 WHERE job_id = 1 AND state = 'running'")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 
@@ -271,7 +271,7 @@ func TestWorkSIGKILLLeavesNoOrphan(t *testing.T) {
 	requireTrapRan(t, r, "1-1")
 	var leased bool
 	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT status = 'running' AND lease_until > now() FROM ordered_jobs WHERE id = 1").Scan(&leased))
+		"SELECT status = 'running' AND lease_until > now() FROM ordered_jobs_now WHERE id = 1").Scan(&leased))
 	require.True(t, leased, "the command must be gone while its claim still holds")
 }
 
@@ -536,7 +536,7 @@ func TestWorkNameIsRecordedWithItsClaims(t *testing.T) {
 			2*time.Minute, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
 		var name string
 		require.NoError(t, q.Pool.QueryRow(context.Background(),
-			`SELECT claimed_by FROM ordered_jobs WHERE key = 'a'`).Scan(&name))
+			`SELECT claimed_by FROM ordered_jobs_now WHERE key = 'a'`).Scan(&name))
 		require.Regexp(t, tc.want, name)
 	}
 }
@@ -552,7 +552,7 @@ func TestWorkStoppedWorkersCommandEndsBeforeItsLease(t *testing.T) {
 		`trap 'echo trapped > "$ORDERED_TEST_DIR/trap"; exit 143' TERM; sleep 1000 & echo $! > "$ORDERED_TEST_DIR/child"; wait`)
 	child := w.waitPID(t, "child")
 	var version int64
-	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT claim_version FROM ordered_jobs WHERE id = 1").Scan(&version))
+	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT claim_version FROM ordered_jobs_now WHERE id = 1").Scan(&version))
 	w.signal(t, syscall.SIGSTOP)
 	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
 
@@ -560,7 +560,7 @@ func TestWorkStoppedWorkersCommandEndsBeforeItsLease(t *testing.T) {
 		30*time.Second, 10*time.Millisecond, "the command outlived its stopped worker's fence: %v", processesOf(w))
 	var leased bool
 	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT status = 'running' AND claim_version = $1 AND lease_until > now() FROM ordered_jobs WHERE id = 1", version).Scan(&leased))
+		"SELECT status = 'running' AND claim_version = $1 AND lease_until > now() FROM ordered_jobs_now WHERE id = 1", version).Scan(&leased))
 	require.True(t, leased, "the command must be gone while the stopped worker's claim still holds")
 	require.Equal(t, "trapped\n", w.file("trap"), "SIGTERM first")
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/stat")

@@ -215,7 +215,7 @@ func readJobs(ctx context.Context, t *testing.T, url string) map[history.ID]jobS
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT key, seq, id, status, claim_version, finished_at FROM ordered_jobs`)
+	rows, err := conn.Query(ctx, `SELECT key, seq, id, status, claim_version, finished_at FROM ordered_jobs_now`)
 	require.NoError(t, err)
 	jobs := map[history.ID]jobState{}
 	for rows.Next() {
@@ -266,8 +266,8 @@ func ordersWithoutEvents(ctx context.Context, t *testing.T, url string) int {
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM orders o
-		        WHERE NOT EXISTS (SELECT FROM ordered_jobs j WHERE j.key = o.key AND j.seq = o.seq))
-		     + (SELECT count(*) FROM ordered_jobs j
+		        WHERE NOT EXISTS (SELECT FROM ordered_jobs_now j WHERE j.key = o.key AND j.seq = o.seq))
+		     + (SELECT count(*) FROM ordered_jobs_now j
 		        WHERE j.seq % 2 = 0
 		          AND NOT EXISTS (SELECT FROM orders o WHERE o.key = j.key AND o.seq = j.seq))`).Scan(&n))
 	return n

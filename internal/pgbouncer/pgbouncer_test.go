@@ -30,7 +30,7 @@ func TestPgBouncer(t *testing.T) {
 				var schema, jobs string
 				require.NoError(t, conn.QueryRow(ctx, "SELECT current_schema()", pgx.QueryExecModeSimpleProtocol).Scan(&schema))
 				require.Equal(t, q.Schema, schema)
-				require.NoError(t, conn.QueryRow(ctx, "SELECT count(*)::text FROM ordered_jobs", pgx.QueryExecModeSimpleProtocol).Scan(&jobs))
+				require.NoError(t, conn.QueryRow(ctx, "SELECT count(*)::text FROM ordered_jobs_now", pgx.QueryExecModeSimpleProtocol).Scan(&jobs))
 			}
 			check()
 			b.Restart()

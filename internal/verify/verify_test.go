@@ -18,7 +18,7 @@ func TestBrokenInvariantMakesTheRunNotClean(t *testing.T) {
 	clean := result{name: "block/transactional", transactional: true, report: history.Report{Enqueued: 2, Completed: 2}}
 	broken := clean
 	broken.name = "skip/transactional"
-	broken.broken = []string{"ordered_jobs: a job has a lease exactly when it is running: broken by 1 rows"}
+	broken.broken = []string{"ordered_heads: a head has a lease exactly when it is running: broken by 1 rows"}
 
 	var out bytes.Buffer
 	require.NoError(t, printResults(&out, []result{clean}))
@@ -26,7 +26,7 @@ func TestBrokenInvariantMakesTheRunNotClean(t *testing.T) {
 
 	out.Reset()
 	require.Error(t, printResults(&out, []result{clean, broken}))
-	require.Contains(t, out.String(), "skip/transactional: invariant ordered_jobs: a job has a lease exactly when it is running: broken by 1 rows")
+	require.Contains(t, out.String(), "skip/transactional: invariant ordered_heads: a head has a lease exactly when it is running: broken by 1 rows")
 	require.Contains(t, out.String(), "verify: NOT CLEAN:")
 
 	e := execReport{Broken: broken.broken}
@@ -47,17 +47,17 @@ func TestInvariantBrokenUnderWayIsReported(t *testing.T) {
 
 	r.checkInvariants(ctx, "before the kill at 10%")
 	require.Empty(t, r.brokenMidway)
-	_, err = q.Pool.Exec(ctx, `UPDATE ordered_jobs SET lease_until = now() WHERE key = 'a'`)
+	_, err = q.Pool.Exec(ctx, `UPDATE ordered_heads SET lease_until = now() WHERE key = 'a'`)
 	require.NoError(t, err)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	r.checkInvariants(gone, "before the stall at 20%")
 	r.checkInvariants(ctx, "before the restart at 45%")
-	_, err = q.Pool.Exec(ctx, `UPDATE ordered_jobs SET lease_until = NULL WHERE key = 'a'`)
+	_, err = q.Pool.Exec(ctx, `UPDATE ordered_heads SET lease_until = NULL WHERE key = 'a'`)
 	require.NoError(t, err)
 
 	broken, err := r.brokenInvariants(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"before the restart at 45%: ordered_jobs: a job has a lease exactly when it is running: broken by 1 rows"}, broken)
+	require.Equal(t, []string{"before the restart at 45%: ordered_heads: a head has a lease exactly when it is running: broken by 1 rows"}, broken)
 	require.False(t, result{broken: broken}.clean())
 }

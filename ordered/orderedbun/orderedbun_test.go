@@ -43,7 +43,7 @@ func setup(t *testing.T) (*testdb.Queue, *ordered.Client, *bun.DB) {
 func jobCount(t *testing.T, q *testdb.Queue) int {
 	t.Helper()
 	var n int
-	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT count(*) FROM ordered_jobs").Scan(&n))
+	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT count(*) FROM ordered_jobs_now").Scan(&n))
 	return n
 }
 

@@ -1,38 +1,94 @@
--- ordered_archive deletes up to p_limit done jobs finished more than p_older_than ago, oldest
--- first, and records in their keys the highest seq archived, so an event at or below it is
--- still recognised. Jobs locked by another archiver are skipped, and key rows are locked in key
--- order, as enqueue locks them, so archivers and enqueuers never deadlock. It returns how many
--- jobs it deleted. Its plans are pinned to index scans: a queue table's statistics lag behind
--- its churn.
+-- ordered_archive deletes up to p_limit done jobs finished more than p_older_than ago and
+-- records in their keys the highest seq archived, so an event at or below it is still
+-- recognised. It returns how many jobs it deleted.
+--
+-- It walks the keys in key order from where the last call stopped (ordered_archive_cursor),
+-- round to where this call began, a thousand keys a step, and stops once it has deleted
+-- p_limit jobs or visited 100,000 keys. Of each key it deletes the old done jobs of its
+-- finished history (below its head, or all of it for a key with no open job) in seq order,
+-- up to the first done job that is not old enough (a key's jobs finish in seq order), reading at
+-- most p_limit of its jobs. Failed jobs are kept and passed. Key rows are locked in key order,
+-- as enqueue locks them, skipping those another transaction holds, so archivers and enqueuers
+-- never deadlock; one archiver works at a time (the others return 0). Its plans are pinned to
+-- index scans: a queue table's statistics lag behind its churn.
 CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer) RETURNS integer
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
 SET jit = off
 AS $$
 DECLARE
-    v_ids bigint[];
+    v_start text;
+    v_after text;
+    v_wrapped boolean := false;
+    v_keys text[];
+    v_n integer := 0;
+    v_visited integer := 0;
+    v_deleted integer;
+    v_cutoff timestamptz := statement_timestamp() - p_older_than;
 BEGIN
-    SELECT array_agg(d.id) INTO v_ids FROM (
-        SELECT j.id FROM ordered_jobs AS j
-        WHERE j.status = 'done' AND j.finished_at < statement_timestamp() - p_older_than
-        ORDER BY j.finished_at
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED) AS d;
-    IF v_ids IS NULL THEN
+    SELECT a.after_key INTO v_start FROM ordered_archive_cursor AS a FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM ordered_keys AS k
-    WHERE k.key IN (SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (v_ids))
-    ORDER BY k.key
-    FOR NO KEY UPDATE;
-    WITH deleted AS (
-        DELETE FROM ordered_jobs AS j WHERE j.id = ANY (v_ids) RETURNING j.key, j.seq
-    )
-    UPDATE ordered_keys AS k
-    SET archived_seq = greatest(k.archived_seq, d.seq)
-    FROM (SELECT key, max(seq) AS seq FROM deleted GROUP BY key) AS d
-    WHERE k.key = d.key;
-    RETURN cardinality(v_ids);
+    v_after := v_start;
+    LOOP
+        SELECT array_agg(k.key) INTO v_keys FROM (
+            SELECT k.key FROM ordered_keys AS k
+            WHERE k.key > v_after AND (NOT v_wrapped OR k.key <= v_start)
+            ORDER BY k.key
+            LIMIT 1000) AS k;
+        IF v_keys IS NULL THEN
+            EXIT WHEN v_wrapped OR v_start = '';
+            v_wrapped := true;
+            v_after := '';
+            CONTINUE;
+        END IF;
+        v_visited := v_visited + cardinality(v_keys);
+        v_after := v_keys[cardinality(v_keys)];
+
+        WITH locked AS (
+            SELECT k.key, k.archived_seq,
+                   CASE WHEN h.key IS NOT NULL THEN h.closed_to
+                        WHEN k.next_seq IS NOT NULL THEN greatest(k.next_seq, k.archived_seq + 1) - 1
+                   END AS closed_to
+            FROM ordered_keys AS k
+            LEFT JOIN LATERAL (SELECT h.key, h.closed_to FROM ordered_heads AS h
+                               WHERE h.key = k.key OFFSET 0) AS h ON true
+            WHERE k.key = ANY (v_keys)
+            ORDER BY k.key
+            FOR NO KEY UPDATE OF k SKIP LOCKED
+        ), old AS (
+            SELECT j.id FROM locked AS l
+            CROSS JOIN LATERAL (
+                SELECT p.id FROM (
+                    SELECT o.id, o.status,
+                           bool_and(o.status <> 'done' OR o.finished_at < v_cutoff) OVER (ORDER BY o.seq) AS old
+                    FROM ordered_jobs AS o
+                    WHERE o.key = l.key AND o.seq > l.archived_seq
+                      AND (l.closed_to IS NULL OR o.seq <= l.closed_to)
+                    ORDER BY o.seq
+                    LIMIT p_limit) AS p
+                WHERE p.old AND p.status = 'done') AS j
+            LIMIT p_limit - v_n
+        ), deleted AS (
+            DELETE FROM ordered_jobs AS j WHERE j.id IN (SELECT o.id FROM old AS o)
+            RETURNING j.key, j.seq
+        ), marked AS (
+            UPDATE ordered_keys AS k
+            SET archived_seq = greatest(k.archived_seq, d.seq)
+            FROM (SELECT d.key, max(d.seq) AS seq FROM deleted AS d GROUP BY d.key) AS d
+            WHERE k.key = d.key
+        )
+        SELECT count(*) INTO v_deleted FROM deleted;
+        v_n := v_n + v_deleted;
+        EXIT WHEN v_n >= p_limit OR v_visited >= 100000;
+    END LOOP;
+    UPDATE ordered_archive_cursor SET after_key = CASE WHEN v_n >= p_limit OR v_visited >= 100000
+                                                       THEN v_after ELSE v_start END;
+    RETURN v_n;
 END
 $$;
 COMMENT ON FUNCTION ordered_archive(interval, integer) IS

@@ -3,9 +3,11 @@
 -- failed, or its lease expired): the batch's later jobs, still queued and claimed only through
 -- it (ordered_jobs_extend), get their claim versions raised, so that the batch's claims of them
 -- are fenced and a later claim never hands the same version out again. A crashed batch's
--- (p_crashed) are marked as its claim would have left them instead: running, their attempt
--- counted, leased until p_lease_until (the batch's, expired), so that each is recovered alone
--- in its turn (a job that kills its worker spends only its own attempts).
+-- (p_crashed) are marked as its claim would have left them instead: their attempt counted,
+-- their claim version raised, and the batch's expired lease p_lease_until recorded
+-- (crash_lease_until), so that each becomes its key's head as a running claim whose lease has
+-- expired and is recovered alone in its turn (a job that kills its worker spends only its own
+-- attempts).
 CREATE OR REPLACE FUNCTION ordered_batch_end(p_key text, p_seq bigint, p_batch_to bigint,
                                              p_crashed boolean, p_lease_until timestamptz,
                                              p_attempted_at timestamptz, p_claimed_by text)
@@ -22,16 +24,13 @@ BEGIN
     END IF;
     IF p_crashed THEN
         UPDATE ordered_jobs AS m
-        SET status = 'running', attempts = m.attempts + 1, claim_version = m.claim_version + 1,
-            claimed_by = p_claimed_by, lease_until = p_lease_until, attempted_at = p_attempted_at,
-            batch_to = NULL
-        WHERE m.key = p_key AND m.seq > p_seq AND m.seq <= p_batch_to
-          AND m.status IN ('queued', 'running', 'blocked') AND m.status = 'queued' AND NOT m.head;
+        SET attempts = m.attempts + 1, claim_version = m.claim_version + 1,
+            claimed_by = p_claimed_by, crash_lease_until = p_lease_until, attempted_at = p_attempted_at
+        WHERE m.key = p_key AND m.seq > p_seq AND m.seq <= p_batch_to AND m.status = 'queued';
     ELSE
         UPDATE ordered_jobs AS m
         SET claim_version = m.claim_version + 1
-        WHERE m.key = p_key AND m.seq > p_seq AND m.seq <= p_batch_to
-          AND m.status IN ('queued', 'running', 'blocked') AND m.status = 'queued' AND NOT m.head;
+        WHERE m.key = p_key AND m.seq > p_seq AND m.seq <= p_batch_to AND m.status = 'queued';
     END IF;
 END
 $$;

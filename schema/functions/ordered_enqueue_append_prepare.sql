@@ -1,23 +1,27 @@
 -- ordered_enqueue_append_prepare readies a batch of appends that the Go client then writes with
 -- COPY, in the same transaction: the fast path of a large batch in the default mode. The batch
--- is described by its keys (each once, with the lowest and highest seq of its events, and the
--- run_at of its lowest event) and its number of events, all validated and distinct by the
--- client's rules.
+-- is described by its keys, each once and in the order the client writes their events (the
+-- events of p_keys[1] first, in seq order, then those of p_keys[2], ...), with the lowest and
+-- highest seq of their events, the run_at and max_attempts of their lowest event, and how many
+-- events they have; all validated and distinct by the client's rules.
 --
 -- It writes the key rows, as ordered_enqueue_events does (in key order; the write is what makes
 -- a REPEATABLE READ caller with a stale snapshot fail), then, with a fresh snapshot, checks that
 -- every event is an append: its key is in the default mode, and its lowest event is above the
 -- key's archived history and above every job the key has. Then no event is a duplicate or late,
--- and the lowest event of a key with no open job is its head. When that holds it returns, per
--- key, whether it has an open job (open[i]), p_events new job ids, and the transaction's now(), tx_now
--- (available_at of an event without run_at), and it sends the wake-up if a new head is ready.
--- Otherwise it returns appends = false and nothing else; the caller sends the batch through
--- ordered_enqueue_events instead, which finds what the events are (the key rows stay locked).
+-- and the lowest event of a key with no head row (no open job) is its head. When that holds it
+-- returns p_events new job ids, the i-th for the i-th event the client writes, and the
+-- transaction's now(), tx_now (available_at of an event without run_at); it writes the head
+-- rows of the keys that had none, for the ids their lowest events get, and sends the wake-up if
+-- one is ready. Otherwise it returns appends = false and nothing else; the caller sends the
+-- batch through ordered_enqueue_events instead, which finds what the events are (the key rows
+-- stay locked).
 CREATE OR REPLACE FUNCTION ordered_enqueue_append_prepare(p_keys text[], p_seq_mins bigint[],
                                                           p_seq_maxs bigint[], p_run_ats timestamptz[],
+                                                          p_max_attempts integer[], p_counts integer[],
                                                           p_events integer,
-                                                          OUT appends boolean, OUT open boolean[],
-                                                          OUT ids bigint[], OUT tx_now timestamptz)
+                                                          OUT appends boolean, OUT ids bigint[],
+                                                          OUT tx_now timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -44,25 +48,12 @@ BEGIN
 
     -- A caller that keeps one snapshot locks the heads it sees (see ordered_enqueue_events).
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        PERFORM 1 FROM ordered_jobs AS j WHERE j.head AND j.key = ANY (p_keys) FOR SHARE OF j;
+        PERFORM 1 FROM ordered_heads AS h WHERE h.key = ANY (p_keys) FOR SHARE;
     END IF;
 
-    -- One probe of each (key, seq) index a key: its highest open job and any finished job at or
-    -- above its lowest event.
-    SELECT array_agg(o.seq IS NOT NULL ORDER BY b.ord),
-           bool_or(o.seq >= b.seq_min OR c.found),
-           bool_or(o.seq IS NULL AND coalesce(b.run_at <= statement_timestamp(), true))
-    INTO open, v_refused, v_wake
-    FROM unnest(p_keys, p_seq_mins, p_run_ats) WITH ORDINALITY AS b(key, seq_min, run_at, ord)
-    LEFT JOIN LATERAL (
-        SELECT o.seq FROM ordered_jobs AS o
-        WHERE o.key = b.key AND o.status IN ('queued', 'running', 'blocked')
-        ORDER BY o.seq DESC LIMIT 1) AS o ON true
-    CROSS JOIN LATERAL (
-        SELECT EXISTS (SELECT 1 FROM ordered_jobs AS c
-                       WHERE c.key = b.key AND c.seq >= b.seq_min AND c.status IN ('done', 'failed')) AS found) AS c;
-    IF v_refused THEN
-        open := NULL;
+    -- One probe of the (key, seq) index a key: any job at or above its lowest event.
+    IF EXISTS (SELECT 1 FROM unnest(p_keys, p_seq_mins) AS b(key, seq_min)
+               WHERE EXISTS (SELECT 1 FROM ordered_jobs AS o WHERE o.key = b.key AND o.seq >= b.seq_min)) THEN
         RETURN;
     END IF;
 
@@ -70,10 +61,28 @@ BEGIN
     ids := ARRAY(SELECT nextval(v_ids) FROM generate_series(1, p_events));
     tx_now := now();
     appends := true;
+
+    -- The heads of the keys that have none: the head's unique key decides, as for a single
+    -- append (ordered_enqueue_one.sql). Each points at the id its key's lowest event gets.
+    WITH heads AS (
+        INSERT INTO ordered_heads AS h (key, job_id, seq, state, available_at, claim_version, attempts,
+                                        max_attempts, closed_to)
+        SELECT b.key, ids[b.first], b.seq_min, 'queued', coalesce(b.run_at, tx_now), 0, 0, b.max_attempts,
+               coalesce((SELECT c.seq FROM ordered_jobs AS c WHERE c.key = b.key AND c.seq < b.seq_min
+                         ORDER BY c.seq DESC LIMIT 1), -1)
+        FROM (SELECT u.key, u.seq_min, u.run_at, u.max_attempts,
+                     (sum(u.n) OVER (ORDER BY u.ord) - u.n + 1)::integer AS first
+              FROM unnest(p_keys, p_seq_mins, p_run_ats, p_max_attempts, p_counts)
+                       WITH ORDINALITY AS u(key, seq_min, run_at, max_attempts, n, ord)) AS b
+        ORDER BY b.key
+        ON CONFLICT (key) DO NOTHING
+        RETURNING h.available_at <= statement_timestamp() AS ready
+    )
+    SELECT bool_or(h.ready) INTO v_wake FROM heads AS h;
     IF v_wake THEN
         PERFORM pg_notify('ordered_jobs', current_schema());
     END IF;
 END
 $$;
-COMMENT ON FUNCTION ordered_enqueue_append_prepare(text[], bigint[], bigint[], timestamptz[], integer) IS
+COMMENT ON FUNCTION ordered_enqueue_append_prepare(text[], bigint[], bigint[], timestamptz[], integer[], integer[], integer) IS
 'Internal to ordered: the Go client''s fast path for large batches of appends, which it then writes with COPY. Not an interface to call, and it may change in any release; producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -18,12 +18,12 @@
 -- late event (seq below a job of its key that has started or finished) raises ORD01 and
 -- nothing is written.
 --
--- It checks its events for lateness twice: before the insert, and again after it moved heads,
--- for the heads its events went below. Claims do not wait for the key row an enqueue holds, so
--- a queued head can be claimed and given back for a retry between the first check and the
--- refresh; it has started by then, and the refresh (which keeps only running heads) demoted it.
--- Jobs must be written through this function only: it keeps (key, seq) unique across open and
--- finished jobs.
+-- It checks its events for lateness twice: before the insert, and again as it moves heads, for
+-- the heads its events go below. Claims do not wait for the key row an enqueue holds, so a
+-- queued head can be claimed and given back for a retry between the first check and the move;
+-- it has started by then, and the move refuses to demote it (ordered_heads_refresh). Jobs are
+-- written through this function (or the Go client's paths, which keep the same rules) only:
+-- the heads are kept beside them.
 --
 -- p_first_seq makes the call's keys contiguous (gap-aware; null: the default mode): a key
 -- created by the call starts its sequence at p_first_seq, with the gap policy p_gap_action
@@ -60,7 +60,6 @@ DECLARE
     v_new_keys text[];
     v_new_seqs bigint[];
     v_new_ids bigint[];
-    v_old_heads bigint[];
     v_event ordered_event;
     v_id bigint;
     v_wake boolean;
@@ -128,15 +127,23 @@ BEGIN
             ELSIF FOUND THEN
                 -- A caller that keeps one snapshot locks the head it sees (see below).
                 IF current_setting('transaction_isolation') <> 'read committed' THEN
-                    PERFORM 1 FROM ordered_jobs AS j WHERE j.key = v_event.key AND j.head FOR SHARE OF j;
+                    PERFORM 1 FROM ordered_heads AS h WHERE h.key = v_event.key FOR SHARE;
                 END IF;
-                INSERT INTO ordered_jobs AS j (key, seq, kind, payload, available_at, max_attempts, run_at, head)
+                INSERT INTO ordered_jobs AS j (key, seq, kind, payload, available_at, max_attempts, run_at)
                 VALUES (v_event.key, v_event.seq, coalesce(v_event.kind, ''), coalesce(v_event.payload, 'null'::jsonb),
                         coalesce(v_event.run_at, now()),
                         CASE WHEN coalesce(v_event.max_attempts, 0) = 0 THEN p_max_attempts ELSE v_event.max_attempts END,
-                        v_event.run_at,
-                        NOT EXISTS (SELECT 1 FROM ordered_jobs AS h WHERE h.key = v_event.key AND h.head))
-                RETURNING j.id, j.head AND j.available_at <= statement_timestamp() INTO v_id, v_wake;
+                        v_event.run_at)
+                RETURNING j.id INTO v_id;
+                -- The head of a key that had none (no open job): see ordered_enqueue_one.sql.
+                INSERT INTO ordered_heads AS h (key, job_id, seq, state, available_at, claim_version, attempts,
+                                                max_attempts, closed_to)
+                SELECT j.key, j.id, j.seq, 'queued', j.available_at, 0, 0, j.max_attempts,
+                       coalesce((SELECT c.seq FROM ordered_jobs AS c WHERE c.key = j.key AND c.seq < j.seq
+                                 ORDER BY c.seq DESC LIMIT 1), -1)
+                FROM ordered_jobs AS j WHERE j.id = v_id
+                ON CONFLICT (key) DO NOTHING
+                RETURNING h.available_at <= statement_timestamp() INTO v_wake;
                 IF v_wake THEN
                     PERFORM pg_notify('ordered_jobs', current_schema());
                 END IF;
@@ -224,24 +231,21 @@ BEGIN
     -- A caller that keeps one snapshot must not compute heads from a stale one: lock the heads
     -- its snapshot sees, which raises a serialization error if any changed since.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
-        PERFORM 1 FROM ordered_jobs AS j
-        WHERE j.head AND j.key IN (SELECT DISTINCT b.key FROM unnest(p_events) AS b)
-        FOR SHARE OF j;
+        PERFORM 1 FROM ordered_heads AS h
+        WHERE h.key IN (SELECT DISTINCT b.key FROM unnest(p_events) AS b)
+        FOR SHARE;
     END IF;
 
     -- Appends, the common case of a batch: no event repeats another or is at or below its
     -- key's archived history, and each key's lowest event is above every job the key has
-    -- (one probe of each of the two (key, seq) indexes a key). Then no event is a duplicate and
+    -- (one probe of the (key, seq) index a key). Then no event is a duplicate and
     -- none is late, and the per-event lookups below are skipped. The key rows are held, so no
     -- job of these keys can appear meanwhile (a REPEATABLE READ snapshot that missed one has
     -- failed at the key row's write above).
     IF p_first_seq IS NULL AND NOT v_repeats AND v_archived_keys IS NULL AND NOT EXISTS (
             SELECT 1
             FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(p_events) AS e GROUP BY e.key) AS b
-            WHERE EXISTS (SELECT 1 FROM ordered_jobs AS o
-                          WHERE o.key = b.key AND o.seq >= b.seq AND o.status IN ('queued', 'running', 'blocked'))
-               OR EXISTS (SELECT 1 FROM ordered_jobs AS c
-                          WHERE c.key = b.key AND c.seq >= b.seq AND c.status IN ('done', 'failed'))) THEN
+            WHERE EXISTS (SELECT 1 FROM ordered_jobs AS o WHERE o.key = b.key AND o.seq >= b.seq)) THEN
         SELECT array_agg(ROW(e.ord, e.key, e.seq, coalesce(e.kind, ''), coalesce(e.payload, 'null'::jsonb),
                              e.run_at, CASE WHEN coalesce(e.max_attempts, 0) = 0 THEN p_max_attempts ELSE e.max_attempts END,
                              NULL)::ordered_enqueue_item ORDER BY e.ord)
@@ -249,7 +253,7 @@ BEGIN
         FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord);
     ELSE
         -- From here on every statement sees all committed jobs of these keys (READ COMMITTED).
-        -- A job is open or finished, so one of the two indexes holds it. A duplicate is compared
+        -- A duplicate is compared
         -- with it; the first event whose content differs is named below. The events are numbered
         -- here, with their defaults: kind '', payload JSON null, max_attempts p_max_attempts for
         -- null or 0.
@@ -266,11 +270,7 @@ BEGIN
               FROM unnest(p_events) WITH ORDINALITY AS e(key, seq, kind, payload, run_at, max_attempts, ord)) AS b
         LEFT JOIN LATERAL (
             SELECT o.id, o.kind, o.payload, o.run_at, o.max_attempts FROM ordered_jobs AS o
-            WHERE o.key = b.key AND o.seq = b.seq AND o.status IN ('queued', 'running', 'blocked')
-            UNION ALL
-            SELECT c.id, c.kind, c.payload, c.run_at, c.max_attempts FROM ordered_jobs AS c
-            WHERE c.key = b.key AND c.seq = b.seq AND c.status IN ('done', 'failed')
-            LIMIT 1) AS j ON true;
+            WHERE o.key = b.key AND o.seq = b.seq) AS j ON true;
         IF v_conflict_ord IS NOT NULL THEN
             SELECT b.ord, b.key, b.seq,
                    CASE WHEN j.payload IS DISTINCT FROM b.payload THEN 'payload'
@@ -302,38 +302,35 @@ BEGIN
                 ORDER BY b.ord);
         END IF;
 
-        -- Late: a later job of the key finished, or the first later open job has started (jobs
-        -- start in seq order, so if that one has not, no later open job has). attempted_at, not
-        -- attempts, marks a start: a replay resets the attempts of a job that did run. A job
-        -- that a running batch covers (up to its head's batch_to) may have started too. Checked
-        -- for each key's lowest new event, which is late if any new event of the key is. Every
-        -- new event is above its key's archived history (the others are marked above).
+        -- Late: a later job of the key has started or finished. Jobs start in seq order, and
+        -- every job below a key's head has finished, so the first job above the event tells:
+        -- finished or failed, started before (attempted_at: a replay resets the attempts of a
+        -- job that did run, a crashed batch marks what it held), or the head, claimed or
+        -- started. Besides, a running batch may have started any job up to its batch_to, and a
+        -- forced replay leaves finished jobs above its head (closed_above). Checked for each
+        -- key's lowest new event, which is late if any new event of the key is. Every new event
+        -- is above its key's archived history (the others are marked above).
         SELECT b.key, b.seq,
-               coalesce(closed.seq, CASE WHEN open.status <> 'queued' OR open.attempted_at IS NOT NULL
-                                              OR open.seq <= batch.batch_to
-                                         THEN open.seq END) AS later_seq
+               CASE WHEN f.status <> 'queued' OR f.attempted_at IS NOT NULL
+                         OR (f.id = h.job_id AND (h.state <> 'queued' OR h.attempted_at IS NOT NULL))
+                    THEN f.seq
+                    WHEN b.seq < h.closed_above THEN h.closed_above
+                    ELSE h.batch_to END AS later_seq
         INTO v_late
         FROM (SELECT DISTINCT ON (e.key) e.key, e.seq, e.ord
               FROM unnest(v_events) AS e
               WHERE e.existing_id IS NULL
               ORDER BY e.key, e.seq) AS b
         LEFT JOIN LATERAL (
-            SELECT j.seq FROM ordered_jobs AS j
-            WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('done', 'failed')
+            SELECT j.id, j.seq, j.status, j.attempted_at FROM ordered_jobs AS j
+            WHERE j.key = b.key AND j.seq > b.seq
             ORDER BY j.seq LIMIT 1
-        ) AS closed ON true
-        LEFT JOIN LATERAL (
-            SELECT j.seq, j.status, j.attempted_at FROM ordered_jobs AS j
-            WHERE j.key = b.key AND j.seq > b.seq AND j.status IN ('queued', 'running', 'blocked')
-            ORDER BY j.seq LIMIT 1
-        ) AS open ON true
-        LEFT JOIN LATERAL (
-            SELECT h.batch_to FROM ordered_jobs AS h
-            WHERE h.key = b.key AND h.head AND h.status = 'running' AND h.batch_to > b.seq
-            LIMIT 1
-        ) AS batch ON true
-        WHERE closed.seq IS NOT NULL OR open.status <> 'queued' OR open.attempted_at IS NOT NULL
-           OR open.seq <= batch.batch_to
+        ) AS f ON true
+        LEFT JOIN LATERAL (SELECT h.* FROM ordered_heads AS h WHERE h.key = b.key OFFSET 0) AS h ON true
+        WHERE f.status <> 'queued' OR f.attempted_at IS NOT NULL
+           OR (f.id = h.job_id AND (h.state <> 'queued' OR h.attempted_at IS NOT NULL))
+           OR b.seq < h.closed_above
+           OR (h.state = 'running' AND b.seq > h.seq AND b.seq < h.batch_to)
         ORDER BY b.ord
         LIMIT 1;
         IF FOUND THEN
@@ -382,46 +379,21 @@ BEGIN
                      FROM unnest(v_events) AS b ORDER BY b.ord;
         RETURN;
     END IF;
-    -- Only a key whose lowest new event comes before its head, or that has none (it was idle),
-    -- can get a new head. Appending behind the head, the common case, changes no head and
-    -- makes nothing claimable: neither the refresh nor the wake-up check runs for it. (The
-    -- head is the key's lowest open job. While this transaction holds the key row, what else
-    -- can change the key's jobs (claims, renewals, retries, give-backs) leaves the head where
-    -- it is; a REPEATABLE READ caller meets a replay or skip at the key row, 011.)
-    SELECT array_agg(b.key), array_agg(h.id) FILTER (WHERE h.id IS NOT NULL)
-    INTO v_keys, v_old_heads
+    -- Only a key whose lowest new event comes before its head, or that has none (it was idle,
+    -- or waits on a gap), can get a new head. Appending behind the head, the common case,
+    -- changes no head and makes nothing claimable: neither the refresh nor the wake-up check
+    -- runs for it. A head the new events go below is demoted unless it has started: then they
+    -- are late after all (a claim does not wait for the key row, so the head may have been
+    -- claimed, even given back after a run, since the check above), and ORD01 rolls the call
+    -- back (ordered_heads_refresh).
+    SELECT array_agg(b.key)
+    INTO v_keys
     FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
           GROUP BY e.key) AS b
-    LEFT JOIN LATERAL (
-        SELECT h.id, h.seq FROM ordered_jobs AS h WHERE h.key = b.key AND h.head OFFSET 0) AS h ON true
+    LEFT JOIN LATERAL (SELECT h.seq FROM ordered_heads AS h WHERE h.key = b.key OFFSET 0) AS h ON true
     WHERE h.seq IS NULL OR h.seq > b.seq;
     IF v_keys IS NOT NULL THEN
-        PERFORM ordered_heads_refresh(v_keys);
-
-        -- The late check ran before the insert, and a claim does not wait for the key row: a
-        -- head that was queued then may have been claimed and given back for a retry since
-        -- (a handler that failed at once). It has started, and the refresh, which keeps only
-        -- running heads, demoted it. So the heads the new events went below are read again:
-        -- the refresh holds their rows now, so what this sees is final. A batch that went
-        -- below no head (new or idle keys only) has nothing to read again.
-        IF v_old_heads IS NOT NULL THEN
-            SELECT j.key, j.seq AS later_seq,
-                   (SELECT min(e.seq) FROM unnest(v_new_keys, v_new_seqs) AS e(key, seq)
-                    WHERE e.key = j.key) AS seq
-            INTO v_late
-            FROM ordered_jobs AS j
-            WHERE j.id = ANY (v_old_heads)
-              AND (j.status <> 'queued' OR j.attempted_at IS NOT NULL)
-            ORDER BY j.key
-            LIMIT 1;
-            IF FOUND THEN
-                RAISE EXCEPTION 'ordered: late event: key % seq % is below a job of that key that has already started',
-                    v_late.key, v_late.seq
-                    USING ERRCODE = 'ORD01',
-                          DETAIL = json_build_object('key', v_late.key, 'seq', v_late.seq,
-                                                     'later_seq', v_late.later_seq)::text;
-            END IF;
-        END IF;
+        PERFORM ordered_heads_refresh(v_keys, NULL, true);
 
         -- One wake-up per batch, delivered at commit, and only if the batch made a job
         -- claimable now: a job queued behind an open one is started by whoever finishes that
@@ -430,12 +402,9 @@ BEGIN
         -- ignore it.
         IF EXISTS (
                 SELECT 1
-                FROM (SELECT e.key, min(e.seq) AS seq FROM unnest(v_events) AS e
-                      WHERE e.existing_id IS NULL GROUP BY e.key) AS b
-                CROSS JOIN LATERAL (
-                    SELECT h.seq, h.status, h.available_at FROM ordered_jobs AS h
-                    WHERE h.key = b.key AND h.head OFFSET 0) AS h
-                WHERE h.seq = b.seq AND h.status = 'queued'
+                FROM unnest(v_new_keys, v_new_ids) AS n(key, id)
+                JOIN ordered_heads AS h ON h.key = n.key AND h.job_id = n.id
+                WHERE n.key = ANY (v_keys) AND h.state = 'queued'
                   AND h.available_at <= statement_timestamp()) THEN
             PERFORM pg_notify('ordered_jobs', current_schema());
         END IF;

@@ -31,7 +31,7 @@ BEGIN
     -- The open jobs from the next seq on, in seq order, up to the first hole.
     FOR v_seq IN
         SELECT o.seq FROM ordered_jobs AS o
-        WHERE o.key = p_key AND o.status IN ('queued', 'running', 'blocked') AND o.seq >= v_expect
+        WHERE o.key = p_key AND o.status IN ('queued', 'blocked') AND o.seq >= v_expect
         ORDER BY o.seq
     LOOP
         IF v_seq > v_expect THEN

@@ -8,32 +8,48 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_key text;
-    v_seq bigint;
-    v_batch_to bigint;
-    v_attempted_at timestamptz;
-    v_claimed_by text;
+    h ordered_heads;
 BEGIN
     SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, false);
     IF v_key IS NULL THEN
         RETURN false;
     END IF;
-    UPDATE ordered_jobs
-    SET status = CASE WHEN p_block THEN 'blocked' ELSE 'failed' END,
-        head = p_block, lease_until = NULL, last_error = p_error,
-        finished_at = clock_timestamp()
-    WHERE id = p_id AND claim_version = p_version AND status = 'running'
-      AND CASE WHEN p_expired
-               THEN lease_until <= clock_timestamp() AND attempts >= max_attempts
-               ELSE lease_until > clock_timestamp() END
-    RETURNING seq, batch_to, attempted_at, claimed_by INTO v_seq, v_batch_to, v_attempted_at, v_claimed_by;
+    -- The head: blocked, its claim kept on its row; or gone, the key's next job becoming the
+    -- head below.
+    IF p_block THEN
+        UPDATE ordered_heads AS o
+        SET state = 'blocked', lease_until = NULL, batch_to = NULL
+        FROM ordered_heads AS c
+        WHERE o.key = v_key AND c.key = v_key AND o.job_id = p_id AND o.claim_version = p_version
+          AND CASE WHEN p_expired
+                   THEN o.lease_until <= clock_timestamp() AND o.attempts >= o.max_attempts
+                   ELSE o.lease_until > clock_timestamp() END
+        RETURNING c.* INTO h;
+    ELSE
+        DELETE FROM ordered_heads AS o
+        WHERE o.key = v_key AND o.job_id = p_id AND o.claim_version = p_version
+          AND CASE WHEN p_expired
+                   THEN o.lease_until <= clock_timestamp() AND o.attempts >= o.max_attempts
+                   ELSE o.lease_until > clock_timestamp() END
+        RETURNING o.* INTO h;
+    END IF;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    UPDATE ordered_jobs
+    SET status = CASE WHEN p_block THEN 'blocked' ELSE 'failed' END,
+        attempts = h.attempts, claim_version = h.claim_version, attempted_at = h.attempted_at,
+        claimed_by = h.claimed_by, last_error = p_error,
+        finished_at = clock_timestamp(), failed_at = clock_timestamp()
+    WHERE id = p_id;
     -- The batch it led, if any, ends with it (as its recovery would end a crashed one).
-    PERFORM ordered_batch_end(v_key, v_seq, v_batch_to, p_expired, clock_timestamp(),
-                              v_attempted_at, v_claimed_by);
+    PERFORM ordered_batch_end(v_key, h.seq, h.batch_to, p_expired, clock_timestamp(),
+                              h.attempted_at, h.claimed_by);
     IF NOT p_block THEN
-        PERFORM ordered_heads_refresh(ARRAY[v_key]);
+        -- a contiguous key has passed the failed job
+        UPDATE ordered_keys AS k SET next_seq = greatest(k.next_seq, h.seq + 1)
+        WHERE k.key = v_key AND k.next_seq IS NOT NULL;
+        PERFORM ordered_heads_refresh(ARRAY[v_key], h.seq + 1, false, h.closed_above);
     END IF;
     RETURN true;
 END

@@ -6,15 +6,24 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_key text;
+    v_seq bigint;
+    v_closed_above bigint;
 BEGIN
-    SELECT o_key INTO v_key FROM ordered_job_lock_key(p_id, true);
+    SELECT o_key, o_seq INTO v_key, v_seq FROM ordered_job_lock_key(p_id, true);
     PERFORM ordered_job_require_failed(p_id);
-    UPDATE ordered_jobs SET status = 'failed', head = false
-    WHERE id = p_id AND status = 'blocked';
+    UPDATE ordered_jobs SET status = 'failed' WHERE id = p_id AND status = 'blocked';
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM ordered_heads_refresh(ARRAY[v_key]);
+    -- A blocked head goes; a blocked job that is not the head (a forced replay's earlier job
+    -- heads the key) is passed when the key reaches it.
+    DELETE FROM ordered_heads AS h WHERE h.key = v_key AND h.job_id = p_id
+    RETURNING h.closed_above INTO v_closed_above;
+    IF FOUND THEN
+        UPDATE ordered_keys AS k SET next_seq = greatest(k.next_seq, v_seq + 1)
+        WHERE k.key = v_key AND k.next_seq IS NOT NULL;
+        PERFORM ordered_heads_refresh(ARRAY[v_key], v_seq + 1, false, v_closed_above);
+    END IF;
     PERFORM pg_notify('ordered_jobs', current_schema());
     RETURN true;
 END

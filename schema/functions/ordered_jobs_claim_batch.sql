@@ -23,14 +23,16 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_claimed ordered_claimed_job[];
     v_heads bigint[];
     v_recovered bigint[];
     v_keys text[];
     v_locked text[];
     v_extend bigint[];
 BEGIN
-    SELECT array_agg(c.id), array_agg(c.id) FILTER (WHERE c.recovered), array_agg(DISTINCT c.key)
-    INTO v_heads, v_recovered, v_keys
+    SELECT array_agg(c::ordered_claimed_job), array_agg(c.id), array_agg(c.id) FILTER (WHERE c.recovered),
+           array_agg(DISTINCT c.key)
+    INTO v_claimed, v_heads, v_recovered, v_keys
     FROM ordered_jobs_claim(p_limit, p_lease) AS c;
     IF v_heads IS NULL THEN
         RETURN;
@@ -41,19 +43,14 @@ BEGIN
         FROM (SELECT k.key FROM ordered_keys AS k WHERE k.key = ANY (v_keys)
               ORDER BY k.key FOR SHARE SKIP LOCKED) AS k;
         IF v_locked IS NOT NULL THEN
-            v_extend := ARRAY(SELECT j.id FROM ordered_jobs AS j
-                              WHERE j.id = ANY (v_heads) AND j.key = ANY (v_locked)
-                                AND j.id <> ALL (coalesce(v_recovered, '{}')));
+            v_extend := ARRAY(SELECT c.id FROM unnest(v_claimed) AS c
+                              WHERE c.key = ANY (v_locked) AND NOT c.recovered);
         END IF;
     END IF;
 
     RETURN QUERY
     SELECT b.* FROM (
-        SELECT j.id, j.key, j.seq, j.kind, j.payload, j.attempts, j.max_attempts,
-               j.claim_version, j.lease_until, j.created_at, j.available_at, j.attempted_at,
-               j.last_error, j.id = ANY (coalesce(v_recovered, '{}')) AS recovered
-        FROM ordered_jobs AS j
-        WHERE j.id = ANY (v_heads)
+        SELECT c.* FROM unnest(v_claimed) AS c
         UNION ALL
         SELECT e.* FROM ordered_jobs_extend(v_extend, p_batch) AS e
     ) AS b

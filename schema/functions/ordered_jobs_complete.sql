@@ -4,12 +4,24 @@
 -- statement. It returns the completed claims (completed true), then the claimed jobs; the
 -- claims not returned were lost, and nothing changed for them.
 --
--- A contiguous key's next job becomes its head only if its seq is at most the key's next seq,
--- which the completed jobs moved past them (ordered_key_next_seq); otherwise the key waits on
--- a gap (ordered_gaps_sync). Several consecutive jobs of one key may be completed at once.
+-- A claim is current when its key's head row holds it (running, lease live, this version), or,
+-- for a later job of a running batch (ordered_jobs_extend), when the head's batch covers the
+-- job and the version is the one the batch's claim returned (the job's own plus one). A
+-- batch's later jobs complete only as a prefix: none above a job of the batch the call leaves
+-- out. The key's next head is then its lowest open job above the last one completed. One that
+-- the completed batch still covers (the job its handler failed) is handed the batch's claim;
+-- one a crashed batch left running becomes the head as a running claim with that batch's
+-- expired lease (it is recovered alone); a due one is claimed, up to p_next_limit, oldest
+-- first; any other becomes the queued (or blocked) head. A contiguous key's next job becomes
+-- its head only if its seq is at most the key's next seq, which the completion moved past the
+-- completed jobs; otherwise the key waits on a gap (ordered_gaps_sync). A key with no open job
+-- left has no head row.
 --
--- It runs in time linear in its batch: the versions are looked up in a jsonb object keyed by
--- id, whatever the plan, and every update reaches its rows through the primary key.
+-- Per job it writes the head row (the hand-over: same page, no index entry) and the job's row
+-- (its status and claim, also on its page): the jobs' indexes cover no column either write.
+-- It is two statements whatever the batch (the key rows' lock, then the rest), and runs in
+-- time linear in its batch: the versions are looked up in a jsonb object keyed by id, whatever
+-- the plan, and every read and write is a probe by key or id.
 CREATE OR REPLACE FUNCTION ordered_jobs_complete(p_ids bigint[], p_versions bigint[],
                                                  p_next_limit integer DEFAULT 0,
                                                  p_lease interval DEFAULT NULL)
@@ -20,204 +32,171 @@ RETURNS TABLE (completed boolean, id bigint, key text, seq bigint, kind text, pa
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_versions jsonb;
-    v_done bigint[];
-    v_done_versions bigint[];
     v_keys text[];
-    v_next bigint[];
-    v_claim bigint[];
-    v_rest bigint[];
     v_cont text[];
-    v_bkeys text[];
-    v_bseqs bigint[];
-    v_btos bigint[];
-    v_bleases timestamptz[];
-    v_battempted timestamptz[];
-    v_bclaimed text[];
-    v_bstops bigint[];
-    v_hand bigint[];
 BEGIN
     -- Key rows first and in key order, as one enqueue call locks them, so the two do not
     -- deadlock (a transaction that enqueues to several keys out of key order can; the worker
-    -- retries the batch); shared, so completers never wait for each other. An enqueue of one
-    -- of these keys that is in flight is waited for, and the statements below see its jobs.
-    -- The contiguous ones among them are noted.
-    SELECT array_agg(l.key) FILTER (WHERE l.contiguous) INTO v_cont
+    -- retries the batch). An enqueue of one of these keys that is in flight is waited for, and
+    -- the statement below, whose snapshot is taken after this one, sees its jobs. The contiguous
+    -- ones among them are noted.
+    SELECT array_agg(l.key), array_agg(l.key) FILTER (WHERE l.contiguous) INTO v_keys, v_cont
     FROM (SELECT k.key, k.next_seq IS NOT NULL AS contiguous FROM ordered_keys AS k
           WHERE k.key = ANY (ARRAY(SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (p_ids)))
           ORDER BY k.key
-          FOR SHARE) AS l;
+          FOR NO KEY UPDATE) AS l;
+    IF v_keys IS NULL THEN
+        RETURN;
+    END IF;
 
     -- The claim each job is completed for: the highest version the batch holds for it. A
     -- batch may hold a stale and the current claim of one job (claims only raise the
     -- version); the stale one is lost either way.
-    SELECT jsonb_object_agg(c.id::text, c.version) INTO v_versions
+    SELECT jsonb_object_agg(u.id::text, u.version) INTO v_versions
     FROM (SELECT u.id, max(u.version) AS version
           FROM unnest(p_ids, p_versions) AS u(id, version)
-          GROUP BY u.id) AS c;
+          GROUP BY u.id) AS u;
 
-    -- Only the primary key can serve this update. Its lease condition stands for "running
-    -- with a live lease" (a job has a lease exactly when it runs); a status condition would
-    -- let the planner walk ordered_jobs_leased instead, whose statistics say it is small while
-    -- a queue's partial indexes are full of dead entries. Rows whose claim is not current are
-    -- not locked.
-    WITH done AS (
+    RETURN QUERY
+    WITH c AS MATERIALIZED (
+        -- Per key whose head's claim is in the batch: the head, the last job the batch completes
+        -- (done_to: the head, or the end of the prefix of its batch given), and the key's next
+        -- open job above it, with what becomes of it (fate).
+        SELECT h.key, h.job_id AS head, h.claim_version AS version, h.seq, h.attempts,
+               h.attempted_at AS attempted, h.claimed_by, h.lease_until AS lease, h.batch_to,
+               h.closed_above, d.done_to,
+               n.id AS next_id, n.seq AS next_seq, n.status AS next_status,
+               n.available_at AS next_available, n.claim_version AS next_version,
+               n.attempts AS next_attempts, n.max_attempts AS next_max,
+               n.attempted_at AS next_attempted, n.claimed_by AS next_claimed_by,
+               n.crash_lease_until AS next_crashed, n.kind AS next_kind, n.payload AS next_payload,
+               n.created_at AS next_created, n.last_error AS next_error,
+               CASE
+                   WHEN n.id IS NULL THEN 'gone'
+                   WHEN ck.key IS NOT NULL
+                        AND n.seq > greatest(k.next_seq, k.archived_seq + 1, d.done_to + 1) THEN 'gone'
+                   WHEN n.crash_lease_until IS NOT NULL THEN 'crashed'
+                   WHEN n.seq <= h.batch_to AND n.status = 'queued'
+                        AND n.available_at <= statement_timestamp() THEN 'hand'
+                   WHEN n.status = 'queued' AND n.available_at <= statement_timestamp()
+                        AND p_lease IS NOT NULL THEN 'claim'
+                   ELSE 'wait' END AS fate
+        FROM unnest(v_keys) AS l(key)
+        CROSS JOIN LATERAL (SELECT h.* FROM ordered_heads AS h WHERE h.key = l.key OFFSET 0) AS h
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN h.batch_to IS NULL OR h.batch_to <= h.seq THEN h.seq
+                        ELSE coalesce((
+                            SELECT max(o.seq) FROM ordered_jobs AS o
+                            WHERE o.key = h.key AND o.seq > h.seq AND o.seq <= h.batch_to
+                              AND o.status = 'queued'
+                              AND o.seq < coalesce((
+                                  SELECT min(x.seq) FROM ordered_jobs AS x
+                                  WHERE x.key = h.key AND x.seq > h.seq AND x.seq <= h.batch_to
+                                    AND x.status = 'queued'
+                                    AND (v_versions ->> x.id::text)::bigint IS DISTINCT FROM x.claim_version + 1),
+                                  h.batch_to + 1)), h.seq) END AS done_to) AS d
+        LEFT JOIN LATERAL (
+            SELECT o.* FROM ordered_jobs AS o
+            WHERE o.key = h.key AND o.seq > d.done_to AND o.status IN ('queued', 'blocked')
+            ORDER BY o.seq LIMIT 1) AS n ON true
+        LEFT JOIN unnest(v_cont) AS ck(key) ON ck.key = h.key
+        LEFT JOIN LATERAL (SELECT k.next_seq, k.archived_seq FROM ordered_keys AS k
+                           WHERE ck.key IS NOT NULL AND k.key = h.key OFFSET 0) AS k ON true
+        WHERE h.lease_until > clock_timestamp()
+          AND (v_versions ->> h.job_id::text)::bigint = h.claim_version
+    ), moves AS (
+        -- the due next jobs are claimed oldest first, up to p_next_limit
+        SELECT c.*, c.fate = 'claim'
+                    AND row_number() OVER (PARTITION BY c.fate = 'claim' ORDER BY c.next_available, c.next_id)
+                        <= greatest(p_next_limit, 0) AS take
+        FROM c
+        WHERE c.fate <> 'gone'
+    ), moved AS (
+        -- The heads move on, each only if its claim is still the one read above (a recovery or
+        -- a renewal that committed meanwhile is seen here, on the row's newest version).
+        UPDATE ordered_heads AS h
+        SET job_id = m.next_id,
+            seq = m.next_seq,
+            state = CASE WHEN m.fate IN ('crashed', 'hand') OR m.take THEN 'running'
+                         WHEN m.next_status = 'blocked' THEN 'blocked' ELSE 'queued' END,
+            -- a running head keeps the available_at it had (it is read only while queued)
+            available_at = CASE WHEN m.fate IN ('crashed', 'hand') OR m.take THEN h.available_at
+                                ELSE m.next_available END,
+            lease_until = CASE WHEN m.fate = 'crashed' THEN m.next_crashed
+                               WHEN m.fate = 'hand' THEN greatest(m.lease, ordered_lease_end(clock_timestamp(), p_lease))
+                               WHEN m.take THEN ordered_lease_end(clock_timestamp(), p_lease) END,
+            claim_version = m.next_version + CASE WHEN m.fate = 'hand' OR m.take THEN 1 ELSE 0 END,
+            attempts = m.next_attempts + CASE WHEN m.fate = 'hand' OR m.take THEN 1 ELSE 0 END,
+            max_attempts = m.next_max,
+            attempted_at = CASE WHEN m.fate = 'hand' THEN m.attempted WHEN m.take THEN clock_timestamp()
+                                ELSE m.next_attempted END,
+            claimed_by = CASE WHEN m.fate = 'hand' THEN m.claimed_by
+                              WHEN m.take THEN nullif(current_setting('application_name'), '')
+                              ELSE m.next_claimed_by END,
+            batch_to = CASE WHEN m.fate = 'hand' AND m.batch_to > m.next_seq THEN m.batch_to END,
+            closed_to = m.done_to,
+            closed_above = CASE WHEN m.closed_above > m.next_seq THEN m.closed_above END
+        FROM moves AS m
+        WHERE h.key = m.key AND h.job_id = m.head AND h.claim_version = m.version
+          AND h.lease_until > clock_timestamp()
+        RETURNING h.key, h.job_id, h.seq, h.state, h.attempts, h.max_attempts, h.claim_version,
+                  h.lease_until, h.available_at, h.attempted_at, m.fate
+    ), gone AS (
+        -- a key with no open job left, or waiting on a gap, has no head
+        DELETE FROM ordered_heads AS h
+        USING c
+        WHERE c.fate = 'gone' AND h.key = c.key AND h.job_id = c.head AND h.claim_version = c.version
+          AND h.lease_until > clock_timestamp()
+        RETURNING h.key
+    ), settled AS (
+        SELECT m.key FROM moved AS m UNION ALL SELECT g.key FROM gone AS g
+    ), done AS (
+        -- The jobs done: each head at its claim, and the batches' later jobs it covered, at the
+        -- claim each was returned with.
         UPDATE ordered_jobs AS j
-        SET status = 'done', head = false, lease_until = NULL, finished_at = clock_timestamp()
-        WHERE j.id = ANY (p_ids)
-          AND (v_versions ->> j.id::text)::bigint = j.claim_version
-          AND j.lease_until > clock_timestamp()
-        RETURNING j.id, j.key, j.seq, j.claim_version, j.batch_to, j.attempted_at, j.claimed_by,
-                  -- the batch's lease, as this statement's snapshot has it, for its hand-over
-                  CASE WHEN j.batch_to IS NOT NULL
-                       THEN (SELECT o.lease_until FROM ordered_jobs AS o WHERE o.id = j.id) END AS lease_until
+        SET status = 'done',
+            attempts = CASE WHEN j.id = c.head THEN c.attempts ELSE j.attempts + 1 END,
+            claim_version = CASE WHEN j.id = c.head THEN c.version ELSE j.claim_version + 1 END,
+            attempted_at = c.attempted,
+            claimed_by = c.claimed_by,
+            finished_at = clock_timestamp()
+        FROM c
+        WHERE c.key IN (SELECT s.key FROM settled AS s)
+          AND j.key = c.key AND j.seq >= c.seq AND j.seq <= c.done_to
+          AND (j.id = c.head OR (j.status = 'queued'
+                                 AND (v_versions ->> j.id::text)::bigint = j.claim_version + 1))
+        RETURNING j.id, j.claim_version
+    ), crashed AS (
+        -- a job a crashed batch marked that became the head leaves its mark on the head row
+        UPDATE ordered_jobs AS j SET crash_lease_until = NULL
+        FROM moved AS m
+        WHERE m.fate = 'crashed' AND j.id = m.job_id
+    ), contiguous AS (
+        -- a contiguous key's next seq moves past what it completed
+        UPDATE ordered_keys AS k SET next_seq = greatest(k.next_seq, c.done_to + 1)
+        FROM c
+        WHERE c.key = ANY (v_cont) AND c.key IN (SELECT s.key FROM settled AS s) AND k.key = c.key
     )
-    SELECT array_agg(d.id), array_agg(d.claim_version), array_agg(DISTINCT d.key),
-           array_agg(d.key) FILTER (WHERE d.batch_to > d.seq),
-           array_agg(d.seq) FILTER (WHERE d.batch_to > d.seq),
-           array_agg(d.batch_to) FILTER (WHERE d.batch_to > d.seq),
-           array_agg(d.lease_until) FILTER (WHERE d.batch_to > d.seq),
-           array_agg(d.attempted_at) FILTER (WHERE d.batch_to > d.seq),
-           array_agg(d.claimed_by) FILTER (WHERE d.batch_to > d.seq)
-    INTO v_done, v_done_versions, v_keys, v_bkeys, v_bseqs, v_btos, v_bleases, v_battempted, v_bclaimed
-    FROM done AS d;
-    IF v_done IS NULL THEN
-        RETURN;
-    END IF;
+    SELECT true, d.id, NULL::text, NULL::bigint, NULL::text, NULL::jsonb,
+           NULL::integer, NULL::integer, d.claim_version, NULL::timestamptz,
+           NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::text
+    FROM done AS d
+    UNION ALL
+    -- The next jobs claimed now, for the caller to run. A job handed a batch's claim is not
+    -- among them (the batch's worker holds its claim already), nor is a crashed batch's job (a
+    -- claim recovers it).
+    SELECT false, m.job_id, m.key, m.seq, c.next_kind, c.next_payload, m.attempts, m.max_attempts,
+           m.claim_version, m.lease_until, c.next_created, m.available_at, m.attempted_at, c.next_error
+    FROM moved AS m
+    JOIN c ON c.key = m.key
+    WHERE m.fate = 'claim' AND m.state = 'running';
 
-    -- The later jobs of the batches led by the jobs just completed, still queued: claimed
-    -- through their head (ordered_jobs_extend), at the version the claim returned, and only
-    -- as a prefix: a batch's jobs above the first of its open jobs that this call does not
-    -- complete stay as they are (one walk of the batch's entries of ordered_jobs_open each).
-    IF v_bkeys IS NOT NULL THEN
-        v_bstops := ARRAY(
-            SELECT (SELECT min(o.seq) FROM ordered_jobs AS o
-                    WHERE o.key = b.key AND o.status IN ('queued', 'running', 'blocked')
-                      AND o.seq > b.seq AND o.seq <= b.batch_to
-                      AND NOT (o.id = ANY (p_ids)
-                               AND (v_versions ->> o.id::text)::bigint = o.claim_version + 1))
-            FROM unnest(v_bkeys, v_bseqs, v_btos) WITH ORDINALITY AS b(key, seq, batch_to, ord)
-            ORDER BY b.ord);
-        WITH done AS (
-            UPDATE ordered_jobs AS j
-            SET status = 'done', head = false, finished_at = clock_timestamp(),
-                attempts = j.attempts + 1, claim_version = j.claim_version + 1,
-                attempted_at = b.attempted_at, claimed_by = b.claimed_by
-            FROM unnest(v_bkeys, v_bseqs, v_btos, v_battempted, v_bclaimed, v_bstops)
-                     AS b(key, seq, batch_to, attempted_at, claimed_by, stop)
-            WHERE j.id = ANY (p_ids)
-              AND (v_versions ->> j.id::text)::bigint = j.claim_version + 1
-              AND j.key = b.key AND j.seq > b.seq AND j.seq <= b.batch_to
-              AND (b.stop IS NULL OR j.seq < b.stop)
-              AND j.status NOT IN ('running', 'blocked', 'done', 'failed') AND NOT j.head
-            RETURNING j.id, j.claim_version
-        )
-        SELECT v_done || coalesce(array_agg(d.id), '{}'), v_done_versions || coalesce(array_agg(d.claim_version), '{}')
-        INTO v_done, v_done_versions
-        FROM done AS d;
-    END IF;
-
-    -- Each completed job led its key (a running job always does, alone or at the head of a
-    -- batch), so the key's next head is now its lowest open job, found per key through
-    -- ordered_jobs_open. One that the batch of a completed job still covers is handed that
-    -- batch's claim; of the others, the due ones, oldest first, up to p_next_limit, are
-    -- claimed.
-    SELECT array_agg(n.id),
-           (array_agg(n.id ORDER BY n.available_at, n.id)
-                FILTER (WHERE n.status = 'queued' AND n.available_at <= statement_timestamp()
-                          AND b.key IS NULL))
-               [1:greatest(p_next_limit, 0)],
-           array_agg(n.id) FILTER (WHERE b.key IS NOT NULL)
-    INTO v_next, v_claim, v_hand
-    FROM unnest(v_keys) AS k(key)
-    CROSS JOIN LATERAL (
-        SELECT o.id, o.seq, o.status, o.available_at FROM ordered_jobs AS o
-        WHERE o.key = k.key AND o.status IN ('queued', 'running', 'blocked')
-        ORDER BY o.seq LIMIT 1) AS n
-    LEFT JOIN unnest(v_cont) AS c(key) ON c.key = k.key
-    LEFT JOIN unnest(v_bkeys, v_btos) AS b(key, batch_to)
-           ON b.key = k.key AND n.seq <= b.batch_to AND n.status = 'queued'
-              AND n.available_at <= statement_timestamp()
-    WHERE c.key IS NULL OR n.seq <= ordered_key_next_seq(k.key);
-
-    RETURN QUERY SELECT true, d.id, NULL::text, NULL::bigint, NULL::text, NULL::jsonb,
-                        NULL::integer, NULL::integer, d.version, NULL::timestamptz,
-                        NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::text
-                 FROM unnest(v_done, v_done_versions) AS d(id, version);
-
-    IF v_next IS NULL THEN
-        IF v_cont IS NOT NULL THEN
-            PERFORM ordered_gaps_sync(v_cont);
-        END IF;
-        RETURN;
-    END IF;
-    -- The rest of a batch goes on under its claim: its next job becomes the running head,
-    -- leased until the batch's lease ends (as this statement's snapshot has it, or a fresh
-    -- lease if that is later), at the version its claim returned, and leads what the batch
-    -- still covers. One that changed while this waited for it is left to the head update
-    -- below, as any next job.
-    IF v_hand IS NOT NULL THEN
-        WITH handed AS (
-            UPDATE ordered_jobs AS j
-            SET head = true,
-                status = 'running',
-                attempts = j.attempts + 1,
-                claim_version = j.claim_version + 1,
-                claimed_by = b.claimed_by,
-                lease_until = greatest(b.lease_until, clock_timestamp() + p_lease),
-                attempted_at = b.attempted_at,
-                batch_to = b.batch_to
-            FROM unnest(v_bkeys, v_btos, v_bleases, v_battempted, v_bclaimed)
-                     AS b(key, batch_to, lease_until, attempted_at, claimed_by)
-            WHERE j.id = ANY (v_hand) AND j.key = b.key AND NOT j.head
-              AND j.status NOT IN ('running', 'blocked', 'done', 'failed')
-            RETURNING j.id
-        )
-        SELECT array_agg(h.id) INTO v_hand FROM handed AS h;
-    END IF;
-    v_claim := coalesce(v_claim, '{}');
-    IF cardinality(v_claim) > 0 THEN
-        IF p_lease IS NULL THEN
-            RAISE EXCEPTION 'ordered_jobs_complete: p_lease is required to claim next jobs';
-        END IF;
-        -- One update makes them heads and does the claim's update (ordered_jobs_claim) too.
-        -- The lease starts now, not at the start of the statement: it may have waited for a
-        -- key. The conditions are checked again on a row that changed during a wait for it
-        -- (another settlement of the key may have claimed or closed it meanwhile); "queued"
-        -- is written as what it is not, so that no partial index's predicate follows from it
-        -- and only the primary key can serve the update (see the completion's update above).
-        RETURN QUERY
-        WITH claimed AS (
-            UPDATE ordered_jobs AS j
-            SET head = true,
-                status = 'running',
-                attempts = j.attempts + 1,
-                claim_version = j.claim_version + 1,
-                claimed_by = nullif(current_setting('application_name'), ''),
-                lease_until = clock_timestamp() + p_lease,
-                attempted_at = clock_timestamp(),
-                batch_to = NULL
-            WHERE j.id = ANY (v_claim) AND NOT j.head
-              AND j.status NOT IN ('running', 'blocked', 'done', 'failed')
-            RETURNING j.*
-        )
-        SELECT false, p.id, p.key, p.seq, p.kind, p.payload, p.attempts, p.max_attempts,
-               p.claim_version, p.lease_until, p.created_at, p.available_at, p.attempted_at,
-               p.last_error
-        FROM claimed AS p;
-    END IF;
-    -- The next heads not claimed (not due, blocked, or past p_next_limit) become heads only;
-    -- never one that an overlapping settlement of its key closed while this waited for it
-    -- (open written as not closed, for the reason above).
-    v_rest := ARRAY(SELECT unnest(v_next) EXCEPT SELECT unnest(v_claim)
-                    EXCEPT SELECT unnest(coalesce(v_hand, '{}')));
-    IF cardinality(v_rest) > 0 THEN
-        UPDATE ordered_jobs AS j SET head = true
-        WHERE j.id = ANY (v_rest) AND NOT j.head AND j.status NOT IN ('done', 'failed');
-    END IF;
     IF v_cont IS NOT NULL THEN
         PERFORM ordered_gaps_sync(v_cont);
     END IF;

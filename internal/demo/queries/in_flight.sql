@@ -1,1 +1,1 @@
-SELECT coalesce(array_agg(id), '{}') FROM ordered_jobs WHERE status = 'running'
+SELECT coalesce(array_agg(id), '{}') FROM ordered_jobs_now WHERE status = 'running'

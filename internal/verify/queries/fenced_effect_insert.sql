@@ -4,10 +4,7 @@
 INSERT INTO verify_effects (key, seq, claim_version, batch)
 SELECT $1, $2, $3, $5 WHERE EXISTS (
     SELECT 1 FROM ordered_jobs AS j
-    WHERE j.id = $4
-      AND ((j.claim_version = $3 AND j.status = 'running' AND j.lease_until > clock_timestamp())
-           OR (j.claim_version = $3 - 1 AND j.status = 'queued' AND NOT j.head
-               AND EXISTS (SELECT 1 FROM ordered_jobs AS h
-                           WHERE h.key = j.key AND h.head AND h.status = 'running'
-                             AND h.lease_until > clock_timestamp()
-                             AND h.seq < j.seq AND j.seq <= h.batch_to))))
+    JOIN ordered_heads AS h ON h.key = j.key
+    WHERE j.id = $4 AND h.state = 'running' AND h.lease_until > clock_timestamp()
+      AND ((h.job_id = j.id AND h.claim_version = $3)
+           OR (j.claim_version = $3 - 1 AND j.status = 'queued' AND h.seq < j.seq AND j.seq <= h.batch_to)))

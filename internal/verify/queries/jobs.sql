@@ -1,1 +1,1 @@
-SELECT key, seq, status, finished_at FROM ordered_jobs
+SELECT key, seq, status, finished_at FROM ordered_jobs_now

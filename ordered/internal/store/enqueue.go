@@ -99,25 +99,26 @@ func JobEnqueueOne(ctx context.Context, db DBTX, b *EnqueueBatch) (EnqueuedJob, 
 // when some event is not an append, and then nothing else is set.
 type AppendPlan struct {
 	Appends bool
-	Open    []bool    // Open[i]: the i-th key has an open job, so none of its events is its head
-	IDs     []int64   // the new jobs' ids, one an event
+	IDs     []int64   // the new jobs' ids, one an event, in the order the events are written
 	Now     time.Time // the transaction's now(): the available_at of an event without run_at
 }
 
-// JobAppendPrepare locks and writes the rows of keys, whose events have the seqs seqMins[i] to
-// seqMaxs[i] and whose lowest event has runAts[i], and plans the COPY of their events.
+// JobAppendPrepare locks and writes the rows of keys, whose events (counts[i] of them, written
+// key by key in the order of keys) have the seqs seqMins[i] to seqMaxs[i] and whose lowest
+// event has runAts[i] and maxAttempts[i]; it plans the COPY of their events and writes the
+// heads of the keys that had none.
 func JobAppendPrepare(ctx context.Context, db DBTX, keys []string, seqMins, seqMaxs []int64,
-	runAts []*time.Time, events int) (AppendPlan, error) {
+	runAts []*time.Time, maxAttempts, counts []int32, events int) (AppendPlan, error) {
 	var p AppendPlan
 	var now pgtype.Timestamptz
-	err := db.QueryRow(ctx, jobAppendPrepareSQL, keys, seqMins, seqMaxs, runAts, events).
-		Scan(&p.Appends, &p.Open, &p.IDs, &now)
+	err := db.QueryRow(ctx, jobAppendPrepareSQL, keys, seqMins, seqMaxs, runAts, maxAttempts, counts, events).
+		Scan(&p.Appends, &p.IDs, &now)
 	p.Now = now.Time
 	return p, err
 }
 
 // AppendColumns are the columns JobAppendCopy writes, in the order of its rows' values.
-var AppendColumns = []string{"id", "key", "seq", "kind", "payload", "available_at", "max_attempts", "run_at", "head"}
+var AppendColumns = []string{"id", "key", "seq", "kind", "payload", "available_at", "max_attempts", "run_at"}
 
 // JobAppendCopy writes planned appends (JobAppendPrepare) with COPY, one row of AppendColumns
 // an event.

@@ -4,9 +4,9 @@
 WITH jobs AS (
     SELECT j.status,
            j.status = 'queued' AND EXISTS (
-               SELECT 1 FROM ordered_jobs b
+               SELECT 1 FROM ordered_jobs_now b
                WHERE b.key = j.key AND b.status = 'blocked' AND b.seq < j.seq) AS held
-    FROM ordered_jobs j
+    FROM ordered_jobs_now j
 )
 SELECT count(*) FILTER (WHERE status = 'done')                       AS done,
        count(*) FILTER (WHERE held)                                  AS held,

@@ -2,5 +2,5 @@
 SELECT id, key, seq, kind, payload, status = 'blocked' AS blocking, attempts, max_attempts,
        coalesce(last_error, '') AS last_error, created_at, finished_at
 FROM ordered_jobs
-WHERE status IN ('failed', 'blocked')
+WHERE failed_at IS NOT NULL AND status IN ('failed', 'blocked')
 ORDER BY key, seq;

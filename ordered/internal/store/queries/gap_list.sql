@@ -17,14 +17,15 @@ LEFT JOIN LATERAL (
     SELECT o.expect AS from_seq, o.seq - 1 AS to_seq
     FROM (SELECT j.seq, n.next_seq + row_number() OVER (ORDER BY j.seq) - 1 AS expect
           FROM ordered_jobs AS j
-          WHERE j.key = k.key AND j.status IN ('queued', 'running', 'blocked') AND j.seq >= n.next_seq) AS o
+          WHERE j.key = k.key AND j.status IN ('queued', 'blocked') AND j.seq >= n.next_seq) AS o
     WHERE o.seq > o.expect
     ORDER BY o.seq
     LIMIT 1) AS hole ON true
+LEFT JOIN ordered_heads AS h ON h.key = k.key
 CROSS JOIN LATERAL (
     SELECT count(*) AS open,
-           count(*) FILTER (WHERE j.status = 'running')
+           (CASE WHEN h.state = 'running' THEN 1 ELSE 0 END)
                + (SELECT count(*) FROM ordered_batch_later AS b WHERE b.key = k.key) AS running
     FROM ordered_jobs AS j
-    WHERE j.key = k.key AND j.status IN ('queued', 'running', 'blocked')) AS counts
+    WHERE j.key = k.key AND j.seq >= coalesce(h.seq, n.next_seq) AND j.status IN ('queued', 'blocked')) AS counts
 ORDER BY g.since NULLS LAST, k.key;

@@ -5,8 +5,8 @@
 -- it took back from an expired lease is not told apart (recovered is false).
 --
 -- A row keeps the transaction that wrote it as its xmin: a job the batch completed (done, at
--- the version the batch held) for good, a next job it claimed until a renewal, a release or
--- another claim writes it again. A claim of the batch still running, its lease live, means
+-- the version the batch held) for good, the head row of a next job it claimed until a
+-- renewal, a release or another claim writes it again. A claim of the batch still running, its lease live, means
 -- the batch did not commit (it would have completed it; a lease is only ever renewed while
 -- live): then a job done at the batch's version was completed by another statement, and
 -- nothing is answered. Of several transactions that completed claims of the batch (the same
@@ -41,26 +41,23 @@ WITH keys AS (
           SELECT 1
           FROM unnest($1::bigint[], $2::bigint[]) AS r(id, version)
           JOIN ordered_jobs AS o ON o.id = r.id
-          WHERE o.status = 'running' AND o.claim_version = r.version
-            AND o.lease_until > clock_timestamp())
+          JOIN ordered_heads AS h ON h.key = o.key
+          WHERE h.job_id = r.id AND h.claim_version = r.version
+            AND h.lease_until > clock_timestamp())
     ORDER BY age(j.xmin)
     LIMIT 1
 ), next AS (
-    -- The key rows are locked (the subquery runs once, before any job row is read).
-    -- A next job is taken over alone: the later jobs of a batch it leads were not written, so
-    -- they are not known here, and stay queued behind it. A job the batch handed the rest of a
-    -- completed job's batch to (covered by that job's batch_to) is the caller's already.
-    UPDATE ordered_jobs AS j
-    SET lease_until = clock_timestamp() + $4::interval, batch_to = NULL
+    -- The key rows are locked (the subquery runs once, before any head row is read). A next
+    -- job is taken over alone: the later jobs of a batch it leads were not written, so they
+    -- are not known here, and stay queued behind it. Only plain workers ask for next jobs
+    -- ($3 set); a batch worker's batches go on under their own claims.
+    UPDATE ordered_heads AS h
+    SET lease_until = ordered_lease_end(clock_timestamp(), $4::interval), batch_to = NULL
     FROM batch
     WHERE (SELECT count(*) FROM keys) >= 0
-      AND j.key = ANY ($3::text[]) AND j.status = 'running' AND j.xmin = batch.xid
-      AND j.lease_until > clock_timestamp()
-      AND NOT EXISTS (
-          SELECT 1 FROM ordered_jobs AS d
-          WHERE d.id = ANY ($1::bigint[]) AND d.key = j.key AND d.status = 'done'
-            AND d.xmin = batch.xid AND d.seq < j.seq AND j.seq <= d.batch_to)
-    RETURNING j.*
+      AND h.key = ANY ($3::text[]) AND h.xmin = batch.xid
+      AND h.lease_until > clock_timestamp()
+    RETURNING h.*
 )
 SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::text AS kind,
        NULL::jsonb AS payload, NULL::integer AS attempts, NULL::integer AS max_attempts,
@@ -70,7 +67,8 @@ SELECT true AS completed, j.id, NULL::text AS key, NULL::bigint AS seq, NULL::te
 FROM batch
 JOIN ordered_jobs AS j ON j.id = ANY ($1::bigint[]) AND j.status = 'done' AND j.xmin = batch.xid
 UNION ALL
-SELECT false, n.id, n.key, n.seq, n.kind, n.payload, n.attempts, n.max_attempts,
-       n.claim_version, n.lease_until, n.created_at, n.available_at, n.attempted_at,
-       n.last_error, false
-FROM next AS n;
+SELECT false, n.job_id, n.key, n.seq, j.kind, j.payload, n.attempts, n.max_attempts,
+       n.claim_version, n.lease_until, j.created_at, n.available_at, n.attempted_at,
+       j.last_error, false
+FROM next AS n
+JOIN ordered_jobs AS j ON j.id = n.job_id;

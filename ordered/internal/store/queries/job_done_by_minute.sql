@@ -1,5 +1,6 @@
--- Done jobs counted by the minute they finished in, over the last $1, read through
--- ordered_jobs_finished. Archived jobs are gone and not counted.
+-- Done jobs counted by the minute they finished in, over the last $1. Archived jobs are gone
+-- and not counted. No index covers finished_at (a completion writes it, and an index on it
+-- would take the completion's write off its page), so this reads the whole table.
 -- $1 window  interval  how far back
 SELECT date_trunc('minute', finished_at) AS minute, count(*)
 FROM ordered_jobs

@@ -12,7 +12,7 @@
 SELECT id, key, seq, kind, payload, status, attempts, max_attempts, last_error,
        created_at, finished_at
 FROM ordered_jobs
-WHERE status IN ('failed', 'blocked')
+WHERE failed_at IS NOT NULL AND status IN ('failed', 'blocked')
   AND key >= $1 AND starts_with(key, $1)
   AND ($4::text IS NULL OR (key, seq) > ($4, $5::bigint))
   AND ($2::text IS NULL OR kind = $2)

@@ -3,8 +3,9 @@
 -- $1 id       bigint    the job
 -- $2 version  bigint    its claim version
 -- $3 lease    interval  the new lease, from now
-UPDATE ordered_jobs
-SET lease_until = clock_timestamp() + $3::interval
-WHERE id = $1 AND claim_version = $2
-  AND status = 'running' AND lease_until > clock_timestamp()
-RETURNING lease_until;
+UPDATE ordered_heads AS h
+SET lease_until = ordered_lease_end(clock_timestamp(), $3::interval)
+FROM ordered_jobs AS j
+WHERE j.id = $1 AND h.key = j.key AND h.job_id = $1 AND h.claim_version = $2
+  AND h.lease_until > clock_timestamp()
+RETURNING h.lease_until;

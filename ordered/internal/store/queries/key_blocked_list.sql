@@ -2,6 +2,6 @@
 -- $1 limit  integer  at most this many
 SELECT key, id, seq, finished_at, last_error
 FROM ordered_jobs
-WHERE status = 'blocked'
+WHERE failed_at IS NOT NULL AND status = 'blocked'
 ORDER BY key
 LIMIT $1;

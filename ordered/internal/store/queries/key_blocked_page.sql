@@ -11,10 +11,10 @@ FROM ordered_jobs AS b
 CROSS JOIN LATERAL (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM ordered_jobs AS o
-        WHERE o.key = b.key AND o.seq > b.seq AND o.status IN ('queued', 'running', 'blocked')
+        WHERE o.key = b.key AND o.seq > b.seq AND o.status IN ('queued', 'blocked')
         LIMIT $4) AS l
 ) AS w
-WHERE b.status = 'blocked'
+WHERE b.failed_at IS NOT NULL AND b.status = 'blocked'
   AND ($1::text IS NULL OR (b.key, b.seq) > ($1, $2::bigint))
 ORDER BY b.key, b.seq
 LIMIT $3;

@@ -1,6 +1,5 @@
--- A key's jobs as they run (ordered_jobs_now) in seq order after seq $2, at most $3: the open
--- ones and the finished ones read through their two partial (key, seq) indexes and merged, so
--- neither a full-table index nor a scan of other keys is needed.
+-- A key's jobs as they run (ordered_jobs_now) in seq order after seq $2, at most $3, read
+-- through the key's (key, seq) entries, so no other key's jobs are read.
 -- $1 key        text     the key
 -- $2 after_seq  bigint   only jobs with a higher seq (-1: from the start)
 -- $3 limit      integer  at most this many
@@ -8,14 +7,7 @@ SELECT id, key, seq, kind, payload, status, head, attempts, max_attempts, claim_
        last_error, lease_until,
        extract(epoch FROM lease_until - statement_timestamp())::float8,
        available_at, run_at, created_at, attempted_at, finished_at, claimed_by
-FROM (
-    (SELECT * FROM ordered_jobs_now
-     WHERE key = $1 AND seq > $2 AND row_status IN ('queued', 'running', 'blocked')
-     ORDER BY seq LIMIT $3)
-    UNION ALL
-    (SELECT * FROM ordered_jobs_now
-     WHERE key = $1 AND seq > $2 AND row_status IN ('done', 'failed')
-     ORDER BY seq LIMIT $3)
-) AS j
+FROM ordered_jobs_now
+WHERE key = $1 AND seq > $2
 ORDER BY seq
 LIMIT $3;
