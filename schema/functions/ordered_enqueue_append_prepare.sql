@@ -63,7 +63,8 @@ BEGIN
     appends := true;
 
     -- The heads of the keys that have none: the head's unique key decides, as for a single
-    -- append (ordered_enqueue_one.sql). Each points at the id its key's lowest event gets.
+    -- append (ordered/internal/store/queries/job_enqueue_one.sql). Each points at the id its
+    -- key's lowest event gets.
     WITH heads AS (
         INSERT INTO ordered_heads AS h (key, job_id, seq, state, available_at, claim_version, attempts,
                                         max_attempts, closed_to)

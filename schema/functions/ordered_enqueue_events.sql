@@ -135,7 +135,8 @@ BEGIN
                         CASE WHEN coalesce(v_event.max_attempts, 0) = 0 THEN p_max_attempts ELSE v_event.max_attempts END,
                         v_event.run_at)
                 RETURNING j.id INTO v_id;
-                -- The head of a key that had none (no open job): see ordered_enqueue_one.sql.
+                -- The head of a key that had none (no open job): see
+                -- ordered/internal/store/queries/job_enqueue_one.sql.
                 INSERT INTO ordered_heads AS h (key, job_id, seq, state, available_at, claim_version, attempts,
                                                 max_attempts, closed_to)
                 SELECT j.key, j.id, j.seq, 'queued', j.available_at, 0, 0, j.max_attempts,

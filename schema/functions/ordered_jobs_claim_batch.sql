@@ -24,17 +24,14 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_claimed ordered_claimed_job[];
-    v_heads bigint[];
-    v_recovered bigint[];
     v_keys text[];
     v_locked text[];
     v_extend bigint[];
 BEGIN
-    SELECT array_agg(c::ordered_claimed_job), array_agg(c.id), array_agg(c.id) FILTER (WHERE c.recovered),
-           array_agg(DISTINCT c.key)
-    INTO v_claimed, v_heads, v_recovered, v_keys
+    SELECT array_agg(c::ordered_claimed_job), array_agg(DISTINCT c.key)
+    INTO v_claimed, v_keys
     FROM ordered_jobs_claim(p_limit, p_lease) AS c;
-    IF v_heads IS NULL THEN
+    IF v_claimed IS NULL THEN
         RETURN;
     END IF;
 

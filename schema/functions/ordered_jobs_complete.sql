@@ -45,8 +45,15 @@ BEGIN
     -- deadlock (a transaction that enqueues to several keys out of key order can; the worker
     -- retries the batch). An enqueue of one of these keys that is in flight is waited for, and
     -- the statement below, whose snapshot is taken after this one, sees its jobs. The contiguous
-    -- ones among them are noted.
-    SELECT array_agg(l.key), array_agg(l.key) FILTER (WHERE l.contiguous) INTO v_keys, v_cont
+    -- ones among them are noted. Beside, the claim each job is completed for: the highest
+    -- version the batch holds for it (a batch may hold a stale and the current claim of one
+    -- job; claims only raise the version, and the stale one is lost either way).
+    SELECT array_agg(l.key), array_agg(l.key) FILTER (WHERE l.contiguous),
+           (SELECT jsonb_object_agg(u.id::text, u.version)
+            FROM (SELECT u.id, max(u.version) AS version
+                  FROM unnest(p_ids, p_versions) AS u(id, version)
+                  GROUP BY u.id) AS u)
+    INTO v_keys, v_cont, v_versions
     FROM (SELECT k.key, k.next_seq IS NOT NULL AS contiguous FROM ordered_keys AS k
           WHERE k.key = ANY (ARRAY(SELECT j.key FROM ordered_jobs AS j WHERE j.id = ANY (p_ids)))
           ORDER BY k.key
@@ -54,14 +61,6 @@ BEGIN
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
-
-    -- The claim each job is completed for: the highest version the batch holds for it. A
-    -- batch may hold a stale and the current claim of one job (claims only raise the
-    -- version); the stale one is lost either way.
-    SELECT jsonb_object_agg(u.id::text, u.version) INTO v_versions
-    FROM (SELECT u.id, max(u.version) AS version
-          FROM unnest(p_ids, p_versions) AS u(id, version)
-          GROUP BY u.id) AS u;
 
     RETURN QUERY
     WITH c AS MATERIALIZED (
