@@ -43,8 +43,10 @@ const SlowRate = 1_000_000
 // out in the database and another worker to take the keys over.
 const partitionLeases = 3
 
-// cutAttempts bounds the cuts of a partition that found its host holding nothing.
-const cutAttempts = 5
+// cutAttempts bounds the cuts of a partition that found its host holding nothing (its job
+// finished between the look and the cut, as happens on a saturated machine). A cut and its heal
+// take milliseconds.
+const cutAttempts = 20
 
 // topUpRounds bounds the batches of extra events enqueued, once the workload has drained, for
 // a healed host's worker to show it claims again.
