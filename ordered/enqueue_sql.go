@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/orderedq/ordered/ordered/internal/store"
@@ -40,14 +41,17 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 	for k := range b.parts {
 		cols := &b.parts[k].columns
 		if len(cols.Keys) == 1 && cols.FirstSeq == nil {
+			// an append, or no row and nothing written: then the general path below
 			job := store.EnqueuedJob{Ord: 1}
 			err := tx.QueryRowContext(ctx, store.JobEnqueueOneSQL, store.ModeArgs(c.mode, cols.OneArgs()...)...).
-				Scan(&job.ID, &job.Duplicate)
-			if err != nil {
+				Scan(&job.ID)
+			if err == nil {
+				rows[k] = []store.EnqueuedJob{job}
+				continue
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
 				return nil, b.dbError(k, err)
 			}
-			rows[k] = []store.EnqueuedJob{job}
-			continue
 		}
 		batchJSON, err := b.parts[k].json()
 		if err != nil {

@@ -827,7 +827,8 @@ func TestEnqueueTxSameEventAtOnceTheSecondMeetsTheFirst(t *testing.T) {
 					answered <- answer{res, err}
 				}()
 				require.Eventually(t, func() bool {
-					return b.statementsBlockedBy(t, first, "ordered_enqueue") == 1
+					// the single enqueue's statement, named by its first line, or the COPY path's
+					return b.statementsBlockedBy(t, first, "Enqueues one event|ordered_enqueue") == 1
 				}, time.Minute, time.Millisecond, "the second enqueue waits for the first")
 				if outcome == "first rolled back" {
 					require.NoError(t, first.Rollback(b.ctx))
@@ -1341,6 +1342,12 @@ func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
 
 	enqueue(validEvent("a", 3))
 	require.Equal(t, sentinel(), next(), "a duplicate writes nothing")
+
+	enqueue(validEvent("a", 10))
+	require.Equal(t, sentinel(), next(), "one event appended behind a queued head")
+
+	enqueue(validEvent("d", 1))
+	require.Equal(t, schema, next(), "one event of a new key")
 }
 
 // ---------------------------------------------------------------------------------------------

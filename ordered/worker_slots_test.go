@@ -24,14 +24,15 @@ import (
 // completion batch without one. These tests hold completions and failures up at the
 // database (an open enqueue transaction of their keys) to see what the slots do meanwhile.
 
-// statementsBlockedBy counts this test's statements whose text has pattern and that wait for
-// a lock the session of tx holds.
+// statementsBlockedBy counts this test's statements whose text matches pattern (a regular
+// expression, on the first 1 kB that pg_stat_activity keeps) and that wait for a lock the
+// session of tx holds.
 func (b *testBundle) statementsBlockedBy(t *testing.T, tx pgx.Tx, pattern string) int {
 	t.Helper()
 	var holder, n int
 	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%' || $2 || '%'`, holder, pattern).Scan(&n))
+		WHERE $1 = ANY (pg_blocking_pids(pid)) AND query ~ $2`, holder, pattern).Scan(&n))
 	return n
 }
 

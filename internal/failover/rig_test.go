@@ -377,11 +377,9 @@ func (r *recorder) statement(conn *pgx.Conn, q traced, data pgx.TraceQueryEndDat
 			ack.at = now
 			r.compAcked[ack.ID] = ack
 		}
-	case strings.Contains(sql, "ordered_jobs_claim("), strings.Contains(sql, "ordered_enqueue"):
-		// Every enqueue statement calls a function named ordered_enqueue…: one event,
-		// a batch, or the COPY path's preparation.
+	case strings.Contains(sql, "ordered_jobs_claim("), isEnqueue(sql):
 		kind := "claim"
-		if strings.Contains(sql, "ordered_enqueue") {
+		if isEnqueue(sql) {
 			kind = "enqueue"
 		}
 		s := statement{kind: kind, port: serverPort(conn), began: q.began, at: now, err: data.Err}
@@ -435,6 +433,13 @@ func (r *recorder) allStatements() []statement {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]statement(nil), r.statements...)
+}
+
+// isEnqueue reports whether sql is an enqueue statement: one event's append, which writes its
+// key row itself, or a statement that calls a function named ordered_enqueue… (a batch, an
+// event that is no append, the COPY path's preparation).
+func isEnqueue(sql string) bool {
+	return strings.Contains(sql, "INSERT INTO ordered_keys") || strings.Contains(sql, "ordered_enqueue")
 }
 
 // firstOn is the first statement of kind that succeeded on the server at port, and whether

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,20 +81,33 @@ func TxRefuse(ctx context.Context, tx DBTX, message string) {
 	_, _ = tx.Exec(ctx, txRefuseSQL, message) // it fails: that is what aborts tx
 }
 
-// JobEnqueueOneSQL is the statement of JobEnqueueOne, for callers that run it through
-// database/sql with OneArgs; it returns the job's id and whether the event was a duplicate.
+// JobEnqueueOneSQL is the statement of JobEnqueueOne's appends, for callers that run it
+// through database/sql with OneArgs: it returns the job's id, or no row for an event that
+// must take the general path (JobEnqueueJSONSQL), having written nothing.
 var JobEnqueueOneSQL = jobEnqueueOneSQL
 
 // OneArgs are the arguments of JobEnqueueOneSQL for the batch's only event.
 func (b *EnqueueBatch) OneArgs() []any {
-	return []any{b.Keys[0], b.Seqs[0], b.Kinds[0], b.Payloads[0], b.RunAts[0], b.MaxAttempts[0], b.MaxKeyBytesLimit}
+	return []any{b.Keys[0], b.Seqs[0], b.Kinds[0], b.Payloads[0], b.RunAts[0], b.MaxAttempts[0]}
 }
 
-// JobEnqueueOne enqueues the batch's only event, which is in the default mode.
+// JobEnqueueOne enqueues the batch's only event, which is in the default mode: an append in
+// one small statement, any other event (a duplicate, a late one, one below its key's head)
+// through JobEnqueueMany.
 func JobEnqueueOne(ctx context.Context, db DBTX, b *EnqueueBatch) (EnqueuedJob, error) {
 	e := EnqueuedJob{Ord: 1}
-	err := db.QueryRow(ctx, jobEnqueueOneSQL, b.OneArgs()...).Scan(&e.ID, &e.Duplicate)
-	return e, err
+	err := db.QueryRow(ctx, jobEnqueueOneSQL, b.OneArgs()...).Scan(&e.ID)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return e, err
+	}
+	rows, err := JobEnqueueMany(ctx, db, b)
+	if err != nil {
+		return e, err
+	}
+	if len(rows) != 1 {
+		return e, fmt.Errorf("ordered: enqueue of one event returned %d rows", len(rows))
+	}
+	return rows[0], nil
 }
 
 // AppendPlan is how a batch of appends is written by COPY (JobAppendPrepare): Appends is false
