@@ -33,14 +33,12 @@ WITH k AS (
     WHERE current_setting('transaction_isolation') = 'read committed' OR ordered_head_share(k.key)
     RETURNING id, key, seq, available_at, max_attempts
 ), h AS (
-    -- closed_to: the job below, the highest settled; read only when the snapshot shows no
-    -- head, as the insert then usually goes ahead (-1, also true, is the rare other case)
+    -- closed_to: the job below, which has finished when the key has no head
     INSERT INTO ordered_heads (key, job_id, seq, state, available_at, claim_version, attempts,
                                max_attempts, closed_to)
     SELECT j.key, j.id, j.seq, 'queued', j.available_at, 0, 0, j.max_attempts,
-           CASE WHEN EXISTS (SELECT FROM ordered_heads AS o WHERE o.key = j.key) THEN -1
-                ELSE coalesce((SELECT c.seq FROM ordered_jobs AS c WHERE c.key = j.key AND c.seq < j.seq
-                               ORDER BY c.seq DESC LIMIT 1), -1) END
+           coalesce((SELECT c.seq FROM ordered_jobs AS c WHERE c.key = j.key AND c.seq < j.seq
+                     ORDER BY c.seq DESC LIMIT 1), -1)
     FROM j
     ON CONFLICT (key) DO NOTHING
     RETURNING CASE WHEN available_at <= statement_timestamp()
