@@ -1350,6 +1350,64 @@ func TestEnqueueNotifiesOnlyWhenAJobBecameClaimable(t *testing.T) {
 	require.Equal(t, schema, next(), "one event of a new key")
 }
 
+// countingTx counts the statements sent through a transaction.
+type countingTx struct {
+	pgx.Tx
+	statements int
+}
+
+func (c *countingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.statements++
+	return c.Tx.Exec(ctx, sql, args...)
+}
+
+func (c *countingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.statements++
+	return c.Tx.Query(ctx, sql, args...)
+}
+
+func (c *countingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.statements++
+	return c.Tx.QueryRow(ctx, sql, args...)
+}
+
+// A single event appended, to a new key or behind its key's head, is one statement; any other
+// (a duplicate, one below the head) is decided by the general path, a second statement, after
+// the first wrote nothing.
+func TestSingleAppendIsOneStatement(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	counted := &countingTx{Tx: tx}
+	enqueue := func(key string, seq int64) (ordered.EnqueueResult, int) {
+		t.Helper()
+		before := counted.statements
+		res, err := b.client.EnqueueTx(b.ctx, counted, validEvent(key, seq))
+		require.NoError(t, err)
+		return res, counted.statements - before
+	}
+
+	five, n := enqueue("k", 5)
+	require.Equal(t, 1, n, "a new key")
+	_, n = enqueue("k", 6)
+	require.Equal(t, 1, n, "appended behind the head")
+	dup, n := enqueue("k", 5)
+	require.Equal(t, 2, n, "a duplicate")
+	require.Equal(t, ordered.EnqueueResult{ID: five.ID, Duplicate: true}, dup)
+	_, n = enqueue("k", 3)
+	require.Equal(t, 2, n, "below the head")
+	require.NoError(t, tx.Commit(b.ctx))
+
+	require.EqualValues(t, 3, b.jobRowCount(t))
+	for _, seq := range []int64{3, 5, 6} {
+		job := b.claimOne(t, b.client)
+		require.Equal(t, seq, job.Seq)
+		require.NoError(t, b.client.Complete(b.ctx, job))
+	}
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. A large batch.
 
