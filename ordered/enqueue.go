@@ -93,6 +93,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, events []Event) (
 // a transaction of its own when the batch's keys are of several sequence modes or a part of
 // it may be written with COPY.
 func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []EnqueueResult, err error) {
+	callers := tx != nil // tx is the caller's, not one of the client's own
 	b, err := c.encodeBatch(events)
 	if err == nil {
 		err = c.admit(ctx, b)
@@ -148,6 +149,12 @@ func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, events []Event) (_ []En
 		}
 		if err != nil {
 			resetIfReadOnly(c.pool, err)
+			if callers {
+				// A statement the database refused aborted tx; one never sent (ctx ended
+				// between two) did not: abort it, so the caller's writes cannot commit without
+				// the batch.
+				refuse(ctx, func(ctx context.Context) { store.TxRefuse(ctx, db, err.Error()) })
+			}
 			return nil, b.dbError(k, err)
 		}
 	}

@@ -21,6 +21,8 @@ func (c *Client) EnqueueSQLTx(ctx context.Context, tx *sql.Tx, ev Event) (Enqueu
 // On error the batch wrote nothing, and tx is aborted, whether the database or the client
 // refused the batch: roll it back.
 func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Event) ([]EnqueueResult, error) {
+	// refused aborts tx for err: the database's error aborted it already, but a refusal of the
+	// client, or a statement never sent (ctx ended between two), did not.
 	refused := func(err error) ([]EnqueueResult, error) {
 		refuse(ctx, func(ctx context.Context) {
 			_, _ = tx.ExecContext(ctx, store.TxRefuseSQL, store.ModeArgs(c.mode, err.Error())...) // it fails: that aborts tx
@@ -50,7 +52,7 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 				continue
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
-				return nil, b.dbError(k, err)
+				return refused(b.dbError(k, err))
 			}
 		}
 		batchJSON, err := b.parts[k].json()
@@ -60,7 +62,7 @@ func (c *Client) EnqueueManySQLTx(ctx context.Context, tx *sql.Tx, events []Even
 		rows[k], err = scanEnqueueRows(tx.QueryContext(ctx, store.JobEnqueueJSONSQL, store.ModeArgs(c.mode, append([]any{string(batchJSON),
 			cols.MaxKeyBytesLimit, cols.MaxAttemptsDefault}, cols.SequenceArgs()...)...)...))
 		if err != nil {
-			return nil, b.dbError(k, err)
+			return refused(b.dbError(k, err))
 		}
 	}
 	return b.results(rows), nil

@@ -1408,6 +1408,73 @@ func TestSingleAppendIsOneStatement(t *testing.T) {
 	}
 }
 
+// cancelAfterAppend cancels the context it is given once the single enqueue's first statement
+// (the append's) has ended, so that an event which is no append meets a done context before
+// its second statement is sent.
+type cancelAfterAppend struct {
+	cancel context.CancelFunc
+}
+
+type sqlTextKey struct{}
+
+func (c *cancelAfterAppend) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, sqlTextKey{}, d.SQL)
+}
+
+func (c *cancelAfterAppend) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if s, _ := ctx.Value(sqlTextKey{}).(string); s == store.JobEnqueueOneSQL {
+		c.cancel()
+	}
+}
+
+// A caller's transaction in which an enqueue failed cannot commit, also when its context ended
+// between the single enqueue's two statements (the first wrote nothing, the second was never
+// sent): the caller's own writes never commit without the event, through pgx or database/sql.
+func TestEnqueueTxCtxEndingBetweenStatementsAbortsTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.enqueue(t, "k", 5) // so that k/3 and k/4 go below the head: no appends
+	cfg, err := pgx.ParseConfig(b.queue.URL)
+	require.NoError(t, err)
+
+	t.Run("pgx", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(b.ctx)
+		defer cancel()
+		cfg := cfg.Copy()
+		cfg.Tracer = &cancelAfterAppend{cancel: cancel}
+		conn, err := pgx.ConnectConfig(b.ctx, cfg)
+		require.NoError(t, err)
+		defer conn.Close(b.ctx)
+		tx, err := conn.Begin(b.ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(b.ctx, `CREATE TABLE effects_pgx (n int)`)
+		require.NoError(t, err)
+		_, err = b.client.EnqueueTx(ctx, tx, validEvent("k", 3))
+		require.ErrorIs(t, err, context.Canceled)
+		require.Error(t, tx.Commit(b.ctx), "the transaction is aborted")
+	})
+	t.Run("database/sql", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(b.ctx)
+		defer cancel()
+		cfg := cfg.Copy()
+		cfg.Tracer = &cancelAfterAppend{cancel: cancel}
+		db := sql.OpenDB(stdlib.GetConnector(*cfg))
+		defer db.Close()
+		tx, err := db.BeginTx(b.ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(b.ctx, `CREATE TABLE effects_sql (n int)`)
+		require.NoError(t, err)
+		_, err = b.client.EnqueueSQLTx(ctx, tx, validEvent("k", 4))
+		require.ErrorIs(t, err, context.Canceled)
+		require.Error(t, tx.Commit(), "the transaction is aborted")
+	})
+	var tables int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM unnest(ARRAY['effects_pgx', 'effects_sql']) AS t(name)
+		WHERE to_regclass(t.name) IS NOT NULL`).Scan(&tables))
+	require.Zero(t, tables, "the callers' writes did not commit")
+	require.EqualValues(t, 1, b.jobRowCount(t))
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. A large batch.
 
