@@ -30,7 +30,8 @@ WITH k AS (
     SELECT k.key, $2::bigint, $3::text, $4::text::jsonb, coalesce($5::timestamptz, now()), $6::integer,
            $5::timestamptz
     FROM k
-    WHERE current_setting('transaction_isolation') = 'read committed' OR ordered_head_share(k.key)
+    WHERE CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
+               ELSE ordered_head_share(k.key) END
     RETURNING id, key, seq, available_at, max_attempts
 ), h AS (
     -- closed_to: the job below, which has finished when the key has no head
