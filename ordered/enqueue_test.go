@@ -944,6 +944,46 @@ func TestHeadIsTheLowestOpenJobUnderConcurrentEnqueues(t *testing.T) {
 	require.Zero(t, b.countRows(t, badHeadsSQL))
 }
 
+// An append whose snapshot still shows its key's head, which a completion deletes (the key's
+// last open job) and commits while the append waits for the key row, makes its job the key's
+// head: the key is not left with an open job and no head. Through each driver.
+func TestEnqueueAppendToAKeyEmptiedAfterItsSnapshotBecomesTheHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for i, form := range b.enqueueForms(t) {
+		t.Run(form.name, func(t *testing.T) {
+			key := fmt.Sprintf("emptied-%d", i)
+			b.enqueue(t, key, 1)
+			running := b.claimOne(t, b.client)
+			require.Equal(t, key, running.Key)
+
+			completion, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = completion.Rollback(context.Background()) })
+			require.NoError(t, b.client.CompleteTx(b.ctx, completion, running))
+			require.Equal(t, int64(1), b.countRows(t, `SELECT count(*) FROM ordered_heads WHERE key = $1`, key),
+				"the head is gone for others only when the completion commits")
+
+			enqueued := make(chan error, 1)
+			go func() {
+				_, err := form.many(t, []ordered.Event{validEvent(key, 2)})
+				enqueued <- err
+			}()
+			waitFor(t, 10*time.Second, "the enqueue waiting for the key row", func() bool {
+				return b.statementsBlockedBy(t, completion, "Enqueues one event|ordered_enqueue") == 1
+			})
+			require.NoError(t, completion.Commit(b.ctx))
+			require.NoError(t, <-enqueued)
+
+			require.Zero(t, b.countRows(t, badHeadsSQL), "a key with an open job and no head")
+			next := b.claimOne(t, b.client)
+			require.Equal(t, key, next.Key)
+			require.Equal(t, int64(2), next.Seq)
+			require.NoError(t, b.client.Complete(b.ctx, next))
+		})
+	}
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Late events.
 

@@ -62,7 +62,8 @@ DECLARE
     v_new_ids bigint[];
     v_event ordered_event;
     v_id bigint;
-    v_wake boolean;
+    v_available_at timestamptz;
+    v_max_attempts integer;
     v_next_seq bigint;
     v_mismatch text;
 BEGIN
@@ -134,20 +135,9 @@ BEGIN
                         coalesce(v_event.run_at, now()),
                         CASE WHEN coalesce(v_event.max_attempts, 0) = 0 THEN p_max_attempts ELSE v_event.max_attempts END,
                         v_event.run_at)
-                RETURNING j.id INTO v_id;
-                -- The head of a key that had none (no open job): see
-                -- ordered/internal/store/queries/job_enqueue_one.sql.
-                INSERT INTO ordered_heads AS h (key, job_id, seq, state, available_at, claim_version, attempts,
-                                                max_attempts, closed_to)
-                SELECT j.key, j.id, j.seq, 'queued', j.available_at, 0, 0, j.max_attempts,
-                       coalesce((SELECT c.seq FROM ordered_jobs AS c WHERE c.key = j.key AND c.seq < j.seq
-                                 ORDER BY c.seq DESC LIMIT 1), -1)
-                FROM ordered_jobs AS j WHERE j.id = v_id
-                ON CONFLICT (key) DO NOTHING
-                RETURNING h.available_at <= statement_timestamp() INTO v_wake;
-                IF v_wake THEN
-                    PERFORM pg_notify('ordered_jobs', current_schema());
-                END IF;
+                RETURNING j.id, j.available_at, j.max_attempts INTO v_id, v_available_at, v_max_attempts;
+                -- The head of a key that had none (no open job).
+                PERFORM ordered_head_insert(v_event.key, v_id, v_event.seq, v_available_at, v_max_attempts);
                 RETURN QUERY SELECT 1, v_id, false;
                 RETURN;
             END IF;

@@ -6,14 +6,16 @@
 -- a plan on each execution, and for a single event that setup is much of the statement's cost.
 --
 -- It writes the key row's seq_max (the write orders the key's enqueues by their commits: the
--- next one waits for this one, and a completion of the key waits for it too), then the job,
--- then, if the key has no head row (no open job), the head: the head's unique key decides
--- that, by the rows committed and in flight, not by this statement's snapshot, so a key that
--- a completion emptied after the snapshot gets its head all the same. A caller that keeps one
--- snapshot (REPEATABLE READ, SERIALIZABLE) first locks the head that snapshot sees, after the
--- key row (ordered_head_share): a head claimed, moved or gone since fails the transaction with
--- a serialization error, as the general path does. A new head claimable now wakes idle
--- workers (NOTIFY, delivered at commit).
+-- next one waits for this one, and a completion of the key waits for it too), then the job.
+-- The job is the key's head if the key has none (no open job). A head this statement's
+-- snapshot sees, whose row version no transaction has deleted, locked or updated (xmax 0, read
+-- with the key row held), stays until this transaction ends: whatever deletes a head holds the
+-- key row. Then nothing more is written. Otherwise the head may be gone, by a completion that
+-- committed after the snapshot, and ordered_head_insert inserts it if the key has none, by the
+-- rows committed and in flight; it also wakes idle workers (NOTIFY) for a head claimable now.
+-- A caller that keeps one snapshot (REPEATABLE READ, SERIALIZABLE) first locks the head that
+-- snapshot sees, after the key row (ordered_head_share): a head claimed, moved or gone since
+-- fails the transaction with a serialization error, as the general path does.
 -- $1 key            text         the event's key
 -- $2 seq            bigint       its seq
 -- $3 kind           text         its kind
@@ -33,16 +35,8 @@ WITH k AS (
     WHERE CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
                ELSE ordered_head_share(k.key) END
     RETURNING id, key, seq, available_at, max_attempts
-), h AS (
-    -- closed_to: the job below, which has finished when the key has no head
-    INSERT INTO ordered_heads (key, job_id, seq, state, available_at, claim_version, attempts,
-                               max_attempts, closed_to)
-    SELECT j.key, j.id, j.seq, 'queued', j.available_at, 0, 0, j.max_attempts,
-           coalesce((SELECT c.seq FROM ordered_jobs AS c WHERE c.key = j.key AND c.seq < j.seq
-                     ORDER BY c.seq DESC LIMIT 1), -1)
-    FROM j
-    ON CONFLICT (key) DO NOTHING
-    RETURNING CASE WHEN available_at <= statement_timestamp()
-                   THEN pg_notify('ordered_jobs', current_schema()) END
 )
-SELECT j.id FROM j;
+SELECT j.id
+FROM j
+WHERE CASE WHEN EXISTS (SELECT FROM ordered_heads AS h WHERE h.key = j.key AND h.xmax = '0'::xid) THEN true
+           ELSE ordered_head_insert(j.key, j.id, j.seq, j.available_at, j.max_attempts) END;
