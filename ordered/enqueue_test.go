@@ -944,6 +944,56 @@ func TestHeadIsTheLowestOpenJobUnderConcurrentEnqueues(t *testing.T) {
 	require.Zero(t, b.countRows(t, badHeadsSQL))
 }
 
+// Every committed state has one head per key with open jobs while producers append single
+// events (one statement each) to keys that a worker keeps draining: appends meet heads that
+// are running, being handed on and being deleted. Every job runs, so no key is left with an
+// open job and no head.
+func TestHeadUnderSingleAppendsToKeysBeingDrained(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const producers, perProducer, keys = 4, 250, 3
+	startWorker(t, b, b.client, ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
+		&ordered.WorkerConfig{Workers: 4, PollInterval: 20 * time.Millisecond})
+
+	checking, stopChecking := context.WithCancel(b.ctx)
+	checked := make(chan int64, 1)
+	go func() {
+		var bad int64
+		for checking.Err() == nil {
+			var n int64
+			if err := b.pool.QueryRow(checking, badHeadsSQL).Scan(&n); err == nil {
+				bad += n
+			}
+		}
+		checked <- bad
+	}()
+
+	errs := make(chan error, producers)
+	for p := range producers {
+		go func() {
+			// Producer p owns its keys and appends to them in turn, one event a call.
+			for i := range perProducer {
+				ev := validEvent(fmt.Sprintf("p%d-k%d", p, i%keys), int64(i/keys))
+				if _, err := b.client.Enqueue(b.ctx, ev); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range producers {
+		require.NoError(t, <-errs)
+	}
+	waitFor(t, time.Minute, "every job done", func() bool {
+		return b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE status <> 'done'`) == 0
+	})
+	stopChecking()
+	require.Zero(t, <-checked, "a committed state had a key without one head at its lowest open job")
+	require.Equal(t, int64(producers*perProducer), b.countRows(t, `SELECT count(*) FROM ordered_jobs`))
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_heads`))
+}
+
 // An append whose snapshot still shows its key's head, which a completion deletes (the key's
 // last open job) and commits while the append waits for the key row, makes its job the key's
 // head: the key is not left with an open job and no head. Through each driver.
