@@ -2,9 +2,10 @@
 -- job), and returns true. The head's unique key decides that, by the rows committed and in
 -- flight, not by the caller's snapshot. closed_to is the key's job below, which has finished
 -- when the key has no head. A new head claimable now wakes idle workers (NOTIFY, delivered at
--- commit). The single enqueue calls it with the key row held, only when the head it sees may
--- be gone (ordered/internal/store/queries/job_enqueue_one.sql): as a function, its insert is
--- set up only when it runs, where a statement's own insert is set up on every execution.
+-- commit). The single enqueue calls it with the key row held when it sees no head, or one
+-- that may be gone (ordered/internal/store/queries/job_enqueue_one.sql): as a function, its
+-- insert is set up only when it runs, where a statement's own insert is set up on every
+-- execution. The single-event path of ordered_enqueue_events calls it always.
 CREATE OR REPLACE FUNCTION ordered_head_insert(p_key text, p_job_id bigint, p_seq bigint,
                                                p_available_at timestamptz, p_max_attempts integer)
 RETURNS boolean
