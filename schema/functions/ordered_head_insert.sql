@@ -1,17 +1,22 @@
 -- ordered_head_insert makes a key's newly enqueued job its head if the key has none (no open
--- job), and returns true. The head's unique key decides that, by the rows committed and in
--- flight, not by the caller's snapshot. closed_to is the key's job below, which has finished
--- when the key has no head. A new head claimable now wakes idle workers (NOTIFY, delivered at
--- commit). The single enqueue calls it with the key row held when it sees no head, or one
--- that may be gone (ordered/internal/store/queries/job_enqueue_one.sql): as a function, its
--- insert is set up only when it runs, where a statement's own insert is set up on every
--- execution. The single-event path of ordered_enqueue_events calls it always.
+-- job), and returns true. The caller holds the key row, and whatever deletes a head holds it
+-- too, so a head that a fresh snapshot shows stays until the caller commits: in READ
+-- COMMITTED each statement here takes a snapshot of its own (the function is volatile), after
+-- the key row was taken; a caller that keeps one snapshot locked the head it sees with the key
+-- row (ordered_head_share). A key with a head is the common case and costs one probe. Else the
+-- head's unique key decides, by the rows committed and in flight; closed_to is the key's job
+-- below, which has finished when the key has no head. A new head claimable now wakes idle
+-- workers (NOTIFY, delivered at commit). As a function, the insert is set up only when it
+-- runs, where a statement's own insert is set up on every execution.
 CREATE OR REPLACE FUNCTION ordered_head_insert(p_key text, p_job_id bigint, p_seq bigint,
                                                p_available_at timestamptz, p_max_attempts integer)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF EXISTS (SELECT FROM ordered_heads WHERE key = p_key) THEN
+        RETURN true;
+    END IF;
     INSERT INTO ordered_heads (key, job_id, seq, state, available_at, claim_version, attempts,
                                max_attempts, closed_to)
     VALUES (p_key, p_job_id, p_seq, 'queued', p_available_at, 0, 0, p_max_attempts,

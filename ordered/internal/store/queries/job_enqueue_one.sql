@@ -7,18 +7,12 @@
 --
 -- It writes the key row's seq_max (the write orders the key's enqueues by their commits: the
 -- next one waits for this one, and a completion of the key waits for it too), then the job.
--- The job is the key's head if the key has none (no open job). A head this statement's
--- snapshot sees, whose row version has no xmax (a deletion leaves one, whether it committed
--- or not), read with the key row held, stays until this transaction ends: whatever deletes a
--- head holds the key row. Then nothing more is written. Otherwise
--- (no head seen, or one that a completion committed after the snapshot may have deleted, or
--- one a claim, a renewal or a lock touched) ordered_head_insert inserts the head if the key has
--- none, by the rows committed and in flight; it also wakes idle workers (NOTIFY) for a head
--- claimable now.
+-- ordered_head_insert then makes the job the key's head if the key has none (no open job),
+-- with a snapshot of its own, taken with the key row held (see there); it also wakes idle
+-- workers (NOTIFY) for a head claimable now.
 -- A caller that keeps one snapshot (REPEATABLE READ, SERIALIZABLE) first locks the head that
 -- snapshot sees, after the key row (ordered_head_share): a head claimed, moved or gone since
--- fails the transaction with a serialization error, as the general path does; that lock
--- gives the head an xmax, so those callers always call ordered_head_insert.
+-- fails the transaction with a serialization error, as the general path does.
 -- $1 key            text         the event's key
 -- $2 seq            bigint       its seq
 -- $3 kind           text         its kind
@@ -39,7 +33,4 @@ WITH k AS (
                ELSE ordered_head_share(k.key) END
     RETURNING id, key, seq, available_at, max_attempts
 )
-SELECT j.id
-FROM j
-WHERE CASE WHEN EXISTS (SELECT FROM ordered_heads AS h WHERE h.key = j.key AND h.xmax = '0'::xid) THEN true
-           ELSE ordered_head_insert(j.key, j.id, j.seq, j.available_at, j.max_attempts) END;
+SELECT j.id FROM j WHERE ordered_head_insert(j.key, j.id, j.seq, j.available_at, j.max_attempts);
