@@ -10,12 +10,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/sourcegraph/conc/pool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -890,6 +892,46 @@ func TestHeadIsTheLowestOpenJobUnderConcurrentEnqueues(t *testing.T) {
 		return nil
 	}), &ordered.WorkerConfig{Workers: 4, PollInterval: 20 * time.Millisecond})
 
+	stopChecking := b.checkHeads(t)
+	producing := pool.New().WithErrors()
+	for p := range producers {
+		producing.Go(func() error {
+			// Producer p sends seq round*producers+p to every key, so each key's events
+			// arrive interleaved: mostly behind its head, at times below a queued one, and
+			// late when a higher seq of the key already started. Producer 0 also sends keys
+			// of its own from the top down, due in an hour: each event lands below the key's
+			// queued head and must take it.
+			for round := range rounds {
+				evs := make([]ordered.Event, keys)
+				for k := range evs {
+					evs[k] = validEvent(fmt.Sprintf("k%d", k), int64(round*producers+p))
+				}
+				if _, err := b.client.EnqueueMany(b.ctx, evs); err != nil && !errors.Is(err, ordered.ErrLateEvent) {
+					return err
+				}
+				if p != 0 {
+					continue
+				}
+				for k := range evs {
+					evs[k] = validEvent(fmt.Sprintf("down%d", k), int64(rounds-round))
+					evs[k].RunAt = time.Now().Add(time.Hour)
+				}
+				if _, err := b.client.EnqueueMany(b.ctx, evs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, producing.Wait())
+	require.Zero(t, stopChecking(), "a committed state had a key without one head at its lowest open job")
+	require.Zero(t, b.countRows(t, badHeadsSQL))
+}
+
+// checkHeads counts the keys that break the head rules (badHeadsSQL), over and over, until
+// the function it returns is called (or the test ends); that returns the sum.
+func (b *testBundle) checkHeads(t *testing.T) (stop func() int64) {
+	t.Helper()
 	checking, stopChecking := context.WithCancel(b.ctx)
 	checked := make(chan int64, 1)
 	go func() {
@@ -903,45 +945,12 @@ func TestHeadIsTheLowestOpenJobUnderConcurrentEnqueues(t *testing.T) {
 		t.Logf("%d checks of the heads during the run", checks)
 		checked <- bad
 	}()
-
-	errs := make(chan error, producers)
-	for p := range producers {
-		go func() {
-			// Producer p sends seq round*producers+p to every key, so each key's events
-			// arrive interleaved: mostly behind its head, at times below a queued one, and
-			// late when a higher seq of the key already started. Producer 0 also sends keys
-			// of its own from the top down, due in an hour: each event lands below the key's
-			// queued head and must take it.
-			for round := range rounds {
-				evs := make([]ordered.Event, keys)
-				for k := range evs {
-					evs[k] = validEvent(fmt.Sprintf("k%d", k), int64(round*producers+p))
-				}
-				if _, err := b.client.EnqueueMany(b.ctx, evs); err != nil && !errors.Is(err, ordered.ErrLateEvent) {
-					errs <- err
-					return
-				}
-				if p != 0 {
-					continue
-				}
-				for k := range evs {
-					evs[k] = validEvent(fmt.Sprintf("down%d", k), int64(rounds-round))
-					evs[k].RunAt = time.Now().Add(time.Hour)
-				}
-				if _, err := b.client.EnqueueMany(b.ctx, evs); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	for range producers {
-		require.NoError(t, <-errs)
-	}
-	stopChecking()
-	require.Zero(t, <-checked, "a committed state had a key without one head at its lowest open job")
-	require.Zero(t, b.countRows(t, badHeadsSQL))
+	stop = sync.OnceValue(func() int64 {
+		stopChecking()
+		return <-checked
+	})
+	t.Cleanup(func() { stop() }) // a test that fails first still ends the checker within it
+	return stop
 }
 
 // Every committed state has one head per key with open jobs while producers append single
@@ -955,41 +964,25 @@ func TestHeadUnderSingleAppendsToKeysBeingDrained(t *testing.T) {
 	startWorker(t, b, b.client, ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
 		&ordered.WorkerConfig{Workers: 4, PollInterval: 20 * time.Millisecond})
 
-	checking, stopChecking := context.WithCancel(b.ctx)
-	checked := make(chan int64, 1)
-	go func() {
-		var bad int64
-		for checking.Err() == nil {
-			var n int64
-			if err := b.pool.QueryRow(checking, badHeadsSQL).Scan(&n); err == nil {
-				bad += n
-			}
-		}
-		checked <- bad
-	}()
-
-	errs := make(chan error, producers)
+	stopChecking := b.checkHeads(t)
+	producing := pool.New().WithErrors()
 	for p := range producers {
-		go func() {
+		producing.Go(func() error {
 			// Producer p owns its keys and appends to them in turn, one event a call.
 			for i := range perProducer {
 				ev := validEvent(fmt.Sprintf("p%d-k%d", p, i%keys), int64(i/keys))
 				if _, err := b.client.Enqueue(b.ctx, ev); err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-			errs <- nil
-		}()
+			return nil
+		})
 	}
-	for range producers {
-		require.NoError(t, <-errs)
-	}
+	require.NoError(t, producing.Wait())
 	waitFor(t, time.Minute, "every job done", func() bool {
 		return b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE status <> 'done'`) == 0
 	})
-	stopChecking()
-	require.Zero(t, <-checked, "a committed state had a key without one head at its lowest open job")
+	require.Zero(t, stopChecking(), "a committed state had a key without one head at its lowest open job")
 	require.Equal(t, int64(producers*perProducer), b.countRows(t, `SELECT count(*) FROM ordered_jobs`))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_heads`))
 }
