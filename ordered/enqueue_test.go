@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -955,24 +956,78 @@ func (b *testBundle) checkHeads(t *testing.T) (stop func() int64) {
 
 // Every committed state has one head per key with open jobs while producers append single
 // events (one statement each) to keys that a worker keeps draining: appends meet heads that
-// are running, being handed on and being deleted. Every job runs, so no key is left with an
-// open job and no head.
+// are running, being handed on and being deleted. The producers enqueue through every form of
+// a single append: Enqueue in its own transaction; EnqueueTx in REPEATABLE READ and
+// SERIALIZABLE after a first read, so their snapshots are often stale (they retry what fails
+// with a serialization failure); and the SQL function, in READ COMMITTED and REPEATABLE READ.
+// Every job runs, so no key is left with an open job and no head.
 func TestHeadUnderSingleAppendsToKeysBeingDrained(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	const producers, perProducer, keys = 4, 250, 3
+	const forms, perForm, perProducer, keys = 5, 2, 150, 2
 	startWorker(t, b, b.client, ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }),
-		&ordered.WorkerConfig{Workers: 4, PollInterval: 20 * time.Millisecond})
+		&ordered.WorkerConfig{Workers: 6, PollInterval: 10 * time.Millisecond})
+
+	// inTx runs enqueue in a transaction at level that has read before it, paused a little
+	// while other transactions commit.
+	inTx := func(level pgx.TxIsoLevel, enqueue func(tx pgx.Tx) error) error {
+		tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: level})
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after commit
+		if _, err := tx.Exec(b.ctx, `SELECT count(*) FROM ordered_heads`); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
+		if err := enqueue(tx); err != nil {
+			return err
+		}
+		return tx.Commit(b.ctx)
+	}
+	viaSQL := func(ev ordered.Event) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error {
+			_, err := tx.Exec(b.ctx, `SELECT ordered_enqueue($1::jsonb)`,
+				fmt.Sprintf(`[{"key":%q,"seq":%d,"kind":"test","payload":{}}]`, ev.Key, ev.Seq))
+			return err
+		}
+	}
+	enqueue := func(form int, ev ordered.Event) error {
+		switch form {
+		case 0:
+			_, err := b.client.Enqueue(b.ctx, ev)
+			return err
+		case 1, 2:
+			return inTx(map[int]pgx.TxIsoLevel{1: pgx.RepeatableRead, 2: pgx.Serializable}[form], func(tx pgx.Tx) error {
+				_, err := b.client.EnqueueTx(b.ctx, tx, ev)
+				return err
+			})
+		case 3:
+			return inTx(pgx.ReadCommitted, viaSQL(ev))
+		default:
+			return inTx(pgx.RepeatableRead, viaSQL(ev))
+		}
+	}
 
 	stopChecking := b.checkHeads(t)
+	var retries atomic.Int64
 	producing := pool.New().WithErrors()
-	for p := range producers {
+	for p := range forms * perForm {
 		producing.Go(func() error {
 			// Producer p owns its keys and appends to them in turn, one event a call.
 			for i := range perProducer {
 				ev := validEvent(fmt.Sprintf("p%d-k%d", p, i%keys), int64(i/keys))
-				if _, err := b.client.Enqueue(b.ctx, ev); err != nil {
-					return err
+				for {
+					err := enqueue(p%forms, ev)
+					var pgErr *pgconn.PgError
+					if errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") {
+						retries.Add(1)
+						continue
+					}
+					if err != nil {
+						return fmt.Errorf("form %d, %s/%d: %w", p%forms, ev.Key, ev.Seq, err)
+					}
+					break
 				}
 			}
 			return nil
@@ -982,8 +1037,9 @@ func TestHeadUnderSingleAppendsToKeysBeingDrained(t *testing.T) {
 	waitFor(t, time.Minute, "every job done", func() bool {
 		return b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE status <> 'done'`) == 0
 	})
+	t.Logf("%d enqueues retried after a serialization failure or a deadlock", retries.Load())
 	require.Zero(t, stopChecking(), "a committed state had a key without one head at its lowest open job")
-	require.Equal(t, int64(producers*perProducer), b.countRows(t, `SELECT count(*) FROM ordered_jobs`))
+	require.Equal(t, int64(forms*perForm*perProducer), b.countRows(t, `SELECT count(*) FROM ordered_jobs`))
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_heads`))
 }
 

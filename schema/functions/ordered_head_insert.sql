@@ -1,10 +1,11 @@
 -- ordered_head_insert makes a key's newly enqueued job its head if the key has none (no open
 -- job), and returns true. The caller holds the key row, and whatever deletes a head holds it
--- too, so a head that a fresh snapshot shows stays until the caller commits: in READ
--- COMMITTED each statement here takes a snapshot of its own (the function is volatile), after
--- the key row was taken; a caller that keeps one snapshot locked the head it sees with the key
--- row (ordered_head_share). A key with a head is the common case and costs one probe. Else the
--- head's unique key decides, by the rows committed and in flight; closed_to is the key's job
+-- too, so a head the probe below sees stays until the caller commits: in READ COMMITTED each
+-- query here takes a snapshot of its own (the function is VOLATILE: keep it so), after the key
+-- row was taken; a caller at another level locked the head its snapshot sees with the key row
+-- (ordered_head_share). A key with a head is the common case and costs one probe. Else the
+-- head's unique key decides, by the rows committed and in flight (a committed head that a
+-- REPEATABLE READ snapshot misses raises a serialization error); closed_to is the key's job
 -- below, which has finished when the key has no head. A new head claimable now wakes idle
 -- workers (NOTIFY, delivered at commit). As a function, the insert is set up only when it
 -- runs, where a statement's own insert is set up on every execution.
@@ -12,6 +13,7 @@ CREATE OR REPLACE FUNCTION ordered_head_insert(p_key text, p_job_id bigint, p_se
                                                p_available_at timestamptz, p_max_attempts integer)
 RETURNS boolean
 LANGUAGE plpgsql
+VOLATILE
 AS $$
 BEGIN
     IF EXISTS (SELECT FROM ordered_heads WHERE key = p_key) THEN

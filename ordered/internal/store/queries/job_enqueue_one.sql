@@ -8,11 +8,12 @@
 -- It writes the key row's seq_max (the write orders the key's enqueues by their commits: the
 -- next one waits for this one, and a completion of the key waits for it too), then the job.
 -- ordered_head_insert then makes the job the key's head if the key has none (no open job),
--- with a snapshot of its own, taken with the key row held (see there); it also wakes idle
--- workers (NOTIFY) for a head claimable now.
--- A caller that keeps one snapshot (REPEATABLE READ, SERIALIZABLE) first locks the head that
--- snapshot sees, after the key row (ordered_head_share): a head claimed, moved or gone since
--- fails the transaction with a serialization error, as the general path does.
+-- in READ COMMITTED with a snapshot of its own, taken with the key row held (see there); it
+-- also wakes idle workers (NOTIFY) for a head claimable now.
+-- A caller at any other level (REPEATABLE READ and SERIALIZABLE keep one snapshot) first locks
+-- the head that its snapshot sees, after the key row (ordered_head_share): a head claimed,
+-- moved or gone since fails the transaction with a serialization error, as the general path
+-- does.
 -- $1 key            text         the event's key
 -- $2 seq            bigint       its seq
 -- $3 kind           text         its kind
