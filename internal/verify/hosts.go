@@ -43,11 +43,6 @@ const SlowRate = 1_000_000
 // out in the database and another worker to take the keys over.
 const partitionLeases = 3
 
-// cutAttempts bounds the cuts of a partition that found its host holding nothing (its job
-// finished between the look and the cut, as happens on a saturated machine). A cut and its heal
-// take milliseconds.
-const cutAttempts = 20
-
 // topUpRounds bounds the batches of extra events enqueued, once the workload has drained, for
 // a healed host's worker to show it claims again.
 const topUpRounds = 20
@@ -218,19 +213,22 @@ func (r *run) partition(ctx context.Context, hi int) error {
 		}
 	}
 	// What the host holds is read once it is cut off, so that it is held at the cut: a job
-	// that finished between the look and the cut is not counted, and the host is cut again.
-	for attempt := 1; ; attempt++ {
-		if err := r.awaitHeld(ctx, p.pids); err != nil {
+	// that finished between the look and the cut (as happens often on a saturated machine) is
+	// not counted, and the host is cut again, while jobs are pending, up to the run's timeout.
+	// A cut and its heal take milliseconds.
+	deadline := time.Now().Add(r.o.Timeout)
+	for {
+		pending, err := r.awaitHeld(ctx, p.pids)
+		if err != nil {
 			return err
 		}
 		if err := h.Partition(ctx); err != nil {
 			return err
 		}
-		var err error
 		if p.cut, p.held, err = r.readHeld(ctx, p.pids); err != nil {
 			return err
 		}
-		if len(p.held.keys) > 0 || attempt == cutAttempts {
+		if len(p.held.keys) > 0 || !pending || time.Now().After(deadline) {
 			break
 		}
 		if err := h.Heal(ctx); err != nil {
@@ -252,23 +250,23 @@ func (r *run) partition(ctx context.Context, hi int) error {
 }
 
 // awaitHeld waits until the processes pids hold a job, so that a partition cuts them off
-// mid-job, or until nothing is pending.
-func (r *run) awaitHeld(ctx context.Context, pids []int) error {
+// mid-job, or until nothing is pending; it reports whether jobs are pending.
+func (r *run) awaitHeld(ctx context.Context, pids []int) (pending bool, err error) {
 	deadline := time.Now().Add(r.o.Timeout)
 	for ; time.Now().Before(deadline); time.Sleep(progressPoll) {
 		_, held, err := r.readHeld(ctx, pids)
 		if err != nil {
-			return err
+			return false, err
 		}
-		_, pending, err := harness.Progress(ctx, r.pool)
+		_, n, err := harness.Progress(ctx, r.pool)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if len(held.keys) > 0 || pending == 0 {
-			return nil
+		if len(held.keys) > 0 || n == 0 {
+			return n > 0, nil
 		}
 	}
-	return fmt.Errorf("the processes %v held no job within %s", pids, r.o.Timeout)
+	return false, fmt.Errorf("the processes %v held no job within %s", pids, r.o.Timeout)
 }
 
 // topUp is called once the workload has drained. In the hosts mode, while a healed host's
