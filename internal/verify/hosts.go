@@ -215,12 +215,22 @@ func (r *run) partition(ctx context.Context, hi int) error {
 	// What the host holds is read once it is cut off, so that it is held at the cut: a job
 	// that finished between the look and the cut (as happens often on a saturated machine) is
 	// not counted, and the host is cut again, while jobs are pending, up to the run's timeout.
-	// A cut and its heal take milliseconds.
+	// A cut and its heal take milliseconds. A workload that drained before this point (the
+	// injector lags on a saturated machine) gets extra events, so that the cut finds the host
+	// mid-job.
 	deadline := time.Now().Add(r.o.Timeout)
-	for {
+	for extra := 0; ; {
 		pending, err := r.awaitHeld(ctx, p.pids)
 		if err != nil {
 			return err
+		}
+		if !pending && extra < topUpRounds {
+			extra++
+			prefix := fmt.Sprintf("cut%d-%02d", len(r.res.partitions), extra)
+			if err := r.enqueueExtra(ctx, prefix, r.o.Processes*r.o.Workers, 3); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := h.Partition(ctx); err != nil {
 			return err
