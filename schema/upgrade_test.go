@@ -9,6 +9,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -78,7 +79,7 @@ func TestMigrate8MovesEachHeadToItsOwnRow(t *testing.T) {
 
 	applied, err = schema.Migrate(ctx, pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{8}, applied.Migrations)
+	require.Equal(t, []int{8, 9}, applied.Migrations)
 	require.NoError(t, schema.Check(ctx, pool))
 
 	type head struct {
@@ -150,4 +151,70 @@ func TestMigrate8MovesEachHeadToItsOwnRow(t *testing.T) {
 	broken, err = invariant.Violations(ctx, pool)
 	require.NoError(t, err)
 	require.Empty(t, broken)
+}
+
+// A queue migrated by the version before migration 9 loses ordered_head_share (its head lock
+// moved into ordered_head_insert), and the migrator forgets it; a single enqueue from
+// REPEATABLE READ then runs on the new functions.
+func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := uniqueName("upgrade9")
+	newSchema(ctx, t, name)
+	cfg, err := pgxpool.ParseConfig(orderedtest.DatabaseURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	// Version 8: its migrations, today's functions and the one it had besides.
+	migrations, err := schema.Migrations()
+	require.NoError(t, err)
+	functions, err := schema.Functions()
+	require.NoError(t, err)
+	v8 := fstest.MapFS{"functions/ordered_head_share.sql": &fstest.MapFile{Data: []byte(`
+		CREATE OR REPLACE FUNCTION ordered_head_share(p_key text) RETURNS boolean LANGUAGE plpgsql AS $$
+		BEGIN
+		    PERFORM FROM ordered_heads WHERE key = p_key FOR SHARE;
+		    RETURN true;
+		END
+		$$;`)}}
+	for _, m := range migrations {
+		if m.Version <= 8 {
+			v8[fmt.Sprintf("migrations/%03d_%s.sql", m.Version, m.Name)] = &fstest.MapFile{Data: []byte(m.SQL)}
+		}
+	}
+	for _, f := range functions {
+		v8["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
+	}
+	applied, err := schema.MigrateFS(ctx, pool, v8)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, applied.Migrations)
+	require.Contains(t, applied.Functions, "ordered_head_share")
+
+	applied, err = schema.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{9}, applied.Migrations)
+	require.NoError(t, schema.Check(ctx, pool))
+	var fn *string
+	var recorded bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT to_regprocedure('ordered_head_share(text)')::text,
+		EXISTS (SELECT FROM ordered_functions WHERE name = 'ordered_head_share')`).Scan(&fn, &recorded))
+	require.Nil(t, fn, "the function is dropped")
+	require.False(t, recorded, "and forgotten by the migrator")
+
+	client, err := ordered.NewClient(pool, nil)
+	require.NoError(t, err)
+	for seq := range int64(2) {
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		_, err = client.EnqueueTx(ctx, tx, ordered.Event{Key: "k", Seq: seq, Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	}
+	jobs, err := client.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	require.Equal(t, int64(0), jobs[0].Seq, "the first event is the key's head")
 }

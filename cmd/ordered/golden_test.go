@@ -178,7 +178,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 	slices.Sort(outs)
 	require.Equal(t, []string{"schema is up to date\n", "schema is up to date\n", "schema is up to date\n"}, outs[1:])
-	require.True(t, strings.HasPrefix(outs[0], "applied migrations [1 2 3 4 5 6 7 8]\napplied functions "), outs[0])
+	require.True(t, strings.HasPrefix(outs[0], "applied migrations [1 2 3 4 5 6 7 8 9]\napplied functions "), outs[0])
 }
 
 func TestGoldenEnqueue(t *testing.T) {

@@ -126,17 +126,14 @@ BEGIN
                     USING ERRCODE = 'ORD08',
                           DETAIL = json_build_object('key', v_event.key, 'contiguous', true)::text;
             ELSIF FOUND THEN
-                -- A caller that keeps one snapshot locks the head it sees (see below).
-                IF current_setting('transaction_isolation') <> 'read committed' THEN
-                    PERFORM 1 FROM ordered_heads AS h WHERE h.key = v_event.key FOR SHARE;
-                END IF;
                 INSERT INTO ordered_jobs AS j (key, seq, kind, payload, available_at, max_attempts, run_at)
                 VALUES (v_event.key, v_event.seq, coalesce(v_event.kind, ''), coalesce(v_event.payload, 'null'::jsonb),
                         coalesce(v_event.run_at, now()),
                         CASE WHEN coalesce(v_event.max_attempts, 0) = 0 THEN p_max_attempts ELSE v_event.max_attempts END,
                         v_event.run_at)
                 RETURNING j.id, j.available_at, j.max_attempts INTO v_id, v_available_at, v_max_attempts;
-                -- The head of a key that had none (no open job).
+                -- The head of a key that had none (no open job); a caller that keeps one
+                -- snapshot locks the head it sees there.
                 PERFORM ordered_head_insert(v_event.key, v_id, v_event.seq, v_available_at, v_max_attempts);
                 RETURN QUERY SELECT 1, v_id, false;
                 RETURN;

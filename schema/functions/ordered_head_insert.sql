@@ -1,14 +1,16 @@
 -- ordered_head_insert makes a key's newly enqueued job its head if the key has none (no open
 -- job), and returns true. The caller holds the key row, and whatever deletes a head holds it
--- too, so a head the probe below sees stays until the caller commits: in READ COMMITTED each
+-- too, so a head the probe below finds stays until the caller commits. In READ COMMITTED each
 -- query here takes a snapshot of its own (the function is VOLATILE: keep it so), after the key
--- row was taken; a caller at another level locked the head its snapshot sees with the key row
--- (ordered_head_share). A key with a head is the common case and costs one probe. Else the
--- head's unique key decides, by the rows committed and in flight (a committed head that a
--- REPEATABLE READ snapshot misses raises a serialization error); closed_to is the key's job
--- below, which has finished when the key has no head. A new head claimable now wakes idle
--- workers (NOTIFY, delivered at commit). As a function, the insert is set up only when it
--- runs, where a statement's own insert is set up on every execution.
+-- row was taken, so the probe sees a head deleted since the caller's statement began. A caller
+-- at another level keeps one snapshot: the probe locks the head that snapshot shows, so a head
+-- claimed, moved or gone since fails the transaction with a serialization error. A key with a
+-- head is the common case and costs one probe. Else the head's unique key decides, by the rows
+-- committed and in flight (a committed head that a REPEATABLE READ snapshot misses raises a
+-- serialization error); closed_to is the key's job below, which has finished when the key has
+-- no head. A new head claimable now wakes idle workers (NOTIFY, delivered at commit). As a
+-- function, the insert is set up only when it runs, where a statement's own insert is set up
+-- on every execution.
 CREATE OR REPLACE FUNCTION ordered_head_insert(p_key text, p_job_id bigint, p_seq bigint,
                                                p_available_at timestamptz, p_max_attempts integer)
 RETURNS boolean
@@ -16,8 +18,15 @@ LANGUAGE plpgsql
 VOLATILE
 AS $$
 BEGIN
-    IF EXISTS (SELECT FROM ordered_heads WHERE key = p_key) THEN
-        RETURN true;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        IF EXISTS (SELECT FROM ordered_heads WHERE key = p_key) THEN
+            RETURN true;
+        END IF;
+    ELSE
+        PERFORM FROM ordered_heads WHERE key = p_key FOR SHARE;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
     END IF;
     INSERT INTO ordered_heads (key, job_id, seq, state, available_at, claim_version, attempts,
                                max_attempts, closed_to)

@@ -8,12 +8,9 @@
 -- It writes the key row's seq_max (the write orders the key's enqueues by their commits: the
 -- next one waits for this one, and a completion of the key waits for it too), then the job.
 -- ordered_head_insert then makes the job the key's head if the key has none (no open job),
--- in READ COMMITTED with a snapshot of its own, taken with the key row held (see there); it
--- also wakes idle workers (NOTIFY) for a head claimable now.
--- A caller at any other level (REPEATABLE READ and SERIALIZABLE keep one snapshot) first locks
--- the head that its snapshot sees, after the key row (ordered_head_share): a head claimed,
--- moved or gone since fails the transaction with a serialization error, as the general path
--- does.
+-- deciding with the key row held: in READ COMMITTED by a snapshot of its own, at another level
+-- by locking the head that the caller's snapshot sees (see there). It also wakes idle workers
+-- (NOTIFY) for a head claimable now.
 -- $1 key            text         the event's key
 -- $2 seq            bigint       its seq
 -- $3 kind           text         its kind
@@ -30,8 +27,6 @@ WITH k AS (
     SELECT k.key, $2::bigint, $3::text, $4::text::jsonb, coalesce($5::timestamptz, now()), $6::integer,
            $5::timestamptz
     FROM k
-    WHERE CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN true
-               ELSE ordered_head_share(k.key) END
     RETURNING id, key, seq, available_at, max_attempts
 )
 SELECT j.id FROM j WHERE ordered_head_insert(j.key, j.id, j.seq, j.available_at, j.max_attempts);
