@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/internal/invariant"
 	"github.com/orderedq/ordered/ordered"
-	"github.com/orderedq/ordered/ordered/orderedtest"
 	"github.com/orderedq/ordered/schema"
 )
 
@@ -28,12 +26,7 @@ func TestMigrate8MovesEachHeadToItsOwnRow(t *testing.T) {
 	ctx := context.Background()
 	name := uniqueName("upgrade8")
 	newSchema(ctx, t, name)
-	cfg, err := pgxpool.ParseConfig(orderedtest.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := schemaPool(ctx, t, name, "")
 
 	// The tables of version 7, without its functions (the rows below are written by hand).
 	migrations, err := schema.Migrations()
@@ -161,12 +154,7 @@ func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
 	ctx := context.Background()
 	name := uniqueName("upgrade9")
 	newSchema(ctx, t, name)
-	cfg, err := pgxpool.ParseConfig(orderedtest.DatabaseURL())
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := schemaPool(ctx, t, name, "")
 
 	// Version 8: its migrations, today's functions and the one it had besides.
 	migrations, err := schema.Migrations()
