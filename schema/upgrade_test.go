@@ -29,14 +29,7 @@ func TestMigrate8MovesEachHeadToItsOwnRow(t *testing.T) {
 	pool := schemaPool(ctx, t, name, "")
 
 	// The tables of version 7, without its functions (the rows below are written by hand).
-	migrations, err := schema.Migrations()
-	require.NoError(t, err)
-	v7 := fstest.MapFS{"functions": &fstest.MapFile{Mode: fs.ModeDir}}
-	for _, m := range migrations {
-		if m.Version <= 7 {
-			v7[fmt.Sprintf("migrations/%03d_%s.sql", m.Version, m.Name)] = &fstest.MapFile{Data: []byte(m.SQL)}
-		}
-	}
+	v7 := migrationsTo(t, 7, fstest.MapFS{"functions": &fstest.MapFile{Mode: fs.ModeDir}})
 	applied, err := schema.MigrateFS(ctx, pool, v7)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, applied.Migrations)
@@ -157,22 +150,15 @@ func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
 	pool := schemaPool(ctx, t, name, "")
 
 	// Version 8: its migrations, today's functions and the one it had besides.
-	migrations, err := schema.Migrations()
-	require.NoError(t, err)
 	functions, err := schema.Functions()
 	require.NoError(t, err)
-	v8 := fstest.MapFS{"functions/ordered_head_share.sql": &fstest.MapFile{Data: []byte(`
+	v8 := migrationsTo(t, 8, fstest.MapFS{"functions/ordered_head_share.sql": &fstest.MapFile{Data: []byte(`
 		CREATE OR REPLACE FUNCTION ordered_head_share(p_key text) RETURNS boolean LANGUAGE plpgsql AS $$
 		BEGIN
 		    PERFORM FROM ordered_heads WHERE key = p_key FOR SHARE;
 		    RETURN true;
 		END
-		$$;`)}}
-	for _, m := range migrations {
-		if m.Version <= 8 {
-			v8[fmt.Sprintf("migrations/%03d_%s.sql", m.Version, m.Name)] = &fstest.MapFile{Data: []byte(m.SQL)}
-		}
-	}
+		$$;`)}})
 	for _, f := range functions {
 		v8["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
 	}
@@ -205,4 +191,18 @@ func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	require.Equal(t, int64(0), jobs[0].Seq, "the first event is the key's head")
+}
+
+// migrationsTo adds the embedded migrations up to version last to fsys, as an older version
+// of the schema had them, and returns it.
+func migrationsTo(t *testing.T, last int, fsys fstest.MapFS) fstest.MapFS {
+	t.Helper()
+	migrations, err := schema.Migrations()
+	require.NoError(t, err)
+	for _, m := range migrations {
+		if m.Version <= last {
+			fsys[fmt.Sprintf("migrations/%03d_%s.sql", m.Version, m.Name)] = &fstest.MapFile{Data: []byte(m.SQL)}
+		}
+	}
+	return fsys
 }
