@@ -13,13 +13,15 @@
 -- enqueue that is moving it is skipped, never waited for; if it changed since this statement's
 -- snapshot, PostgreSQL checks its state again on the new row version. Its plans are pinned to
 -- the index walks above (the guard's LIMIT keeps it one probe per candidate): a queue table's
--- statistics lag behind its churn.
+-- statistics lag behind its churn. They are made once a session (a generic plan): planning the
+-- statement for each call's values costs more than running it.
 CREATE OR REPLACE FUNCTION ordered_jobs_claim(p_limit integer, p_lease interval)
 RETURNS TABLE (id bigint, key text, seq bigint, kind text, payload jsonb, attempts integer,
                max_attempts integer, claim_version bigint, lease_until timestamptz,
                created_at timestamptz, available_at timestamptz, attempted_at timestamptz,
                last_error text, recovered boolean)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 SET enable_seqscan = off
 SET jit = off
