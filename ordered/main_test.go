@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/orderedq/ordered/ordered/internal/testdb"
+	"github.com/orderedq/ordered/internal/testdb"
 )
 
 // exampleQueues are the examples' queues, dropped when the tests end.

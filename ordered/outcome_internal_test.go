@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/internal/testdb"
 	"github.com/orderedq/ordered/ordered/internal/store"
-	"github.com/orderedq/ordered/ordered/internal/testdb"
 )
 
 // The question a worker asks after a batch's answer was lost locks the batch's keys as a

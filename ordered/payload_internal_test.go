@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderedq/ordered/ordered/internal/testdb"
+	"github.com/orderedq/ordered/internal/testdb"
 )
 
 // The payload's size as the client computes it is PostgreSQL's octet_length(payload::text),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	neturl "net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/internal/testdb"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/internal/store"
 	"github.com/orderedq/ordered/ordered/orderedtest"
@@ -34,7 +34,7 @@ func TestPlansMadeOnAnEmptyQueueDoNotScanItLater(t *testing.T) {
 	t.Parallel()
 	// A database of its own: other tests create and drop schemas, which resets the plans of
 	// every session of their database, this test's too.
-	url := privateDatabase(t)
+	url := testdb.NewDatabase(t, "ordered_test_plans", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	admin, err := pgxpool.New(ctx, url)
@@ -185,43 +185,6 @@ func wideSteps(plan string) []string {
 		}
 	}
 	return wide
-}
-
-// privateDatabase creates a migrated-to-nothing database for t alone, dropped when t ends,
-// and returns its URL.
-func privateDatabase(t *testing.T) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	base := orderedtest.DatabaseURL()
-	admin, err := pgx.Connect(ctx, base)
-	require.NoError(t, err)
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("ordered_test_%d", time.Now().UnixNano())
-	// The name is made here, never taken from input; identifiers cannot be parameters.
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		// No deadline of its own: DROP DATABASE waits for a checkpoint, which on a busy machine
-		// with slow disks takes as long as it takes; the test binary's -timeout bounds it.
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := neturl.Parse(base)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	q := u.Query()
-	q.Del("options") // a search_path of the base URL's would name a schema not there
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // everyOperation runs each operation of the queue once, through c on pool, on fresh keys named

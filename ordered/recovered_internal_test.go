@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/orderedq/ordered/ordered/internal/testdb"
+	"github.com/orderedq/ordered/internal/testdb"
 )
 
 // A batch worker's completion that runs out of its keys' jobs claims other keys' batches in

@@ -3,7 +3,6 @@ package schema_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orderedq/ordered/internal/testdb"
 	"github.com/orderedq/ordered/ordered/orderedtest"
 	"github.com/orderedq/ordered/schema"
 )
@@ -141,7 +141,10 @@ func TestMigrateRefusesADatabaseThatIsNotUTF8(t *testing.T) {
 	defer cancel()
 	for _, encoding := range []string{"LATIN1", "SQL_ASCII"} {
 		t.Run(encoding, func(t *testing.T) {
-			conn, err := pgx.Connect(ctx, encodedDatabase(ctx, t, encoding))
+			// The encoding is one of the test's own constants: CREATE DATABASE takes no parameters.
+			url := testdb.NewDatabase(t, "ordered_encoding_"+strings.ToLower(encoding),
+				"TEMPLATE template0 ENCODING '"+encoding+"' LC_COLLATE 'C' LC_CTYPE 'C'")
+			conn, err := pgx.Connect(ctx, url)
 			require.NoError(t, err)
 			defer conn.Close(ctx)
 
@@ -153,41 +156,4 @@ func TestMigrateRefusesADatabaseThatIsNotUTF8(t *testing.T) {
 			require.Zero(t, tables, "nothing is created")
 		})
 	}
-}
-
-// encodedDatabase creates an empty database in encoding for t alone, dropped when t ends, and
-// returns its URL.
-func encodedDatabase(ctx context.Context, t *testing.T, encoding string) string {
-	t.Helper()
-	base := orderedtest.DatabaseURL()
-	admin, err := pgx.Connect(ctx, base)
-	require.NoError(t, err)
-	defer admin.Close(ctx)
-	// The name is made here, never taken from input; identifiers cannot be parameters, nor can
-	// CREATE DATABASE's options, so the encoding is one of the test's own constants.
-	dbname := strings.ToLower(uniqueName("ordered_encoding_" + encoding))
-	name := pgx.Identifier{dbname}.Sanitize()
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 ENCODING '"+encoding+"' LC_COLLATE 'C' LC_CTYPE 'C'")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		// No deadline of its own: DROP DATABASE waits for a checkpoint, which on a busy machine
-		// with slow disks takes as long as it takes; the test binary's -timeout bounds it.
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	u.Path = "/" + dbname
-	q := u.Query()
-	q.Del("options")
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.uber.org/goleak"
 
+	"github.com/orderedq/ordered/internal/testdb"
 	"github.com/orderedq/ordered/ordered"
-	"github.com/orderedq/ordered/ordered/internal/testdb"
 	"github.com/orderedq/ordered/ordered/orderedbun"
 )
 

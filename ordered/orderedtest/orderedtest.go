@@ -60,9 +60,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orderedq/ordered/internal/testdb"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/history"
-	"github.com/orderedq/ordered/ordered/internal/testdb"
 )
 
 // DefaultURL is used when DATABASE_URL is not set.

@@ -1,6 +1,7 @@
-// Package testdb creates fresh migrated queues, each in a schema of its own, on a real
-// PostgreSQL. It is the machinery of package orderedtest, kept apart so that the tests inside
-// package ordered, which orderedtest imports, can use it too.
+// Package testdb creates fresh migrated queues, each in a schema of its own, and empty
+// databases, on a real PostgreSQL. It is the machinery of package orderedtest, kept apart so
+// that the tests inside package ordered, which orderedtest imports, and schema's tests can use
+// it too.
 package testdb
 
 import (
@@ -132,6 +133,49 @@ func (q *Queue) Drop(ctx context.Context) error {
 		return fmt.Errorf("drop schema %s: %w", q.Schema, err)
 	}
 	return nil
+}
+
+// NewDatabase creates an empty database for t alone, dropped when t ends, and returns its URL.
+// Its name starts with prefix; options follow the name in CREATE DATABASE and must be the
+// caller's own constant (neither identifiers nor these options can be parameters).
+func NewDatabase(t testing.TB, prefix, options string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := DatabaseURL()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testdb: no PostgreSQL at %s: %v", redact(base), err)
+	}
+	defer admin.Close(ctx)
+	dbname := prefix + "_" + randomHex(6)
+	name := pgx.Identifier{dbname}.Sanitize()
+	if _, err := admin.Exec(ctx, strings.TrimSpace("CREATE DATABASE "+name+" "+options)); err != nil {
+		t.Fatalf("testdb: create database %s: %v", dbname, err)
+	}
+	t.Cleanup(func() {
+		// No deadline of its own: DROP DATABASE waits for a checkpoint, which on a busy machine
+		// with slow disks takes as long as it takes; the test binary's -timeout bounds it.
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("testdb: drop database %s: %v", dbname, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("testdb: drop database %s: %v", dbname, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	u.Path = "/" + dbname
+	q := u.Query()
+	q.Del("options") // a search_path of the base URL's would name a schema not there
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // withCleanup reports err, and a failed clean-up after it.
