@@ -47,30 +47,16 @@ func TestPlansMadeOnAnEmptyQueueDoNotScanItLater(t *testing.T) {
 	require.NoError(t, err)
 
 	// One connection, its statements' plans and row counts written to it by auto_explain.
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.MaxConns = 1
 	var mu sync.Mutex
 	var wide []string
-	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if w := wideSteps(n.Message); len(w) > 0 {
-			mu.Lock()
-			wide = append(wide, w...)
-			mu.Unlock()
-		}
-	}
-	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, `LOAD 'auto_explain';
-			SET auto_explain.log_min_duration = 0;
-			SET auto_explain.log_nested_statements = on;
-			SET auto_explain.log_analyze = on;
-			SET auto_explain.log_timing = off;
-			SET client_min_messages = log`)
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := explainedPool(ctx, t, url, "SET auto_explain.log_analyze = on; SET auto_explain.log_timing = off",
+		func(plan string) {
+			if w := wideSteps(plan); len(w) > 0 {
+				mu.Lock()
+				wide = append(wide, w...)
+				mu.Unlock()
+			}
+		})
 	c, err := ordered.NewClient(pool, nil)
 	require.NoError(t, err)
 	b := &testBundle{ctx: ctx, queue: &orderedtest.Queue{URL: url, Pool: admin}, pool: admin, client: c}
@@ -114,29 +100,15 @@ func TestClaimRunsOnAGenericPlan(t *testing.T) {
 		b.enqueue(t, fmt.Sprintf("k%d", k), 1)
 	}
 
-	cfg, err := pgxpool.ParseConfig(b.queue.URL)
-	require.NoError(t, err)
-	cfg.MaxConns = 1
 	var mu sync.Mutex
 	var plans []string
-	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.Contains(n.Message, "Query Text: WITH recovered AS") {
+	pool := explainedPool(b.ctx, t, b.queue.URL, "SET auto_explain.log_verbose = on", func(plan string) {
+		if strings.Contains(plan, "Query Text: WITH recovered AS") {
 			mu.Lock()
-			plans = append(plans, n.Message)
+			plans = append(plans, plan)
 			mu.Unlock()
 		}
-	}
-	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, `LOAD 'auto_explain';
-			SET auto_explain.log_min_duration = 0;
-			SET auto_explain.log_nested_statements = on;
-			SET auto_explain.log_verbose = on;
-			SET client_min_messages = log`)
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	})
 	c, err := ordered.NewClient(pool, &ordered.Config{Lease: 37 * time.Second})
 	require.NoError(t, err)
 
@@ -152,6 +124,28 @@ func TestClaimRunsOnAGenericPlan(t *testing.T) {
 		require.Regexp(t, `statement_timestamp\(\)[^\n]*\$2\b`, plan, "claim %d: the lease is not the plan's parameter", i+1)
 		require.NotContains(t, plan, "00:00:37", "claim %d: a plan made for the call's lease", i+1)
 	}
+}
+
+// explainedPool returns a pool of one connection to url on which auto_explain hands the plan
+// of every statement, nested ones included, to onPlan; settings are auto_explain's others
+// (SET statements, the test's own constant).
+func explainedPool(ctx context.Context, t *testing.T, url, settings string, onPlan func(plan string)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { onPlan(n.Message) }
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `LOAD 'auto_explain';
+			SET auto_explain.log_min_duration = 0;
+			SET auto_explain.log_nested_statements = on;
+			SET client_min_messages = log; `+settings)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // wideStepMax is how many rows one step of a plan may read from the queue tables: the
