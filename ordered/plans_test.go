@@ -89,9 +89,9 @@ func TestPlansMadeOnAnEmptyQueueDoNotScanItLater(t *testing.T) {
 }
 
 // A claim runs on a generic plan, made once a session, not on a plan made for each call's
-// values: planning the claim's statement costs more than running it (a deep backlog's 8
-// claimers ran a third faster on the generic plan). A plan made for a call holds the lease as
-// a constant; the generic plan holds it as the function's parameter ($2), from the first call.
+// values: planning the claim's statement costs more than running it. A plan made for a call
+// holds the lease as a constant; the generic plan holds it as the function's parameter ($2),
+// from the first call.
 func TestClaimRunsOnAGenericPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
