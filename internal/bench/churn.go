@@ -94,7 +94,7 @@ func (b *bench) standInIfAutovacuumOff(ctx context.Context, pool *pgxpool.Pool, 
 const churnWindows = 5
 
 // sampleChurn adds a figure at the end of each window of the churn run: the claim latency p99
-// in the window, with the table's tuples and size then.
+// in the window, with the job and head tables' tuples and sizes then.
 func (b *bench) sampleChurn(ctx context.Context, q *benchQueue, reg *prometheus.Registry, vacuumNote string) error {
 	window := b.Sizes.Churn / churnWindows
 	prev := histogramOf(reg, "ordered_claim_duration_seconds")
@@ -105,12 +105,15 @@ func (b *bench) sampleChurn(ctx context.Context, q *benchQueue, reg *prometheus.
 		case <-time.After(window):
 		}
 		cur := histogramOf(reg, "ordered_claim_duration_seconds")
-		var dead, live, size int64
-		_ = q.pool.QueryRow(ctx, tableStatsSQL).Scan(&dead, &live, &size)
+		var dead, live, size, headsDead, headsSize int64
+		if err := q.pool.QueryRow(ctx, tableStatsSQL).Scan(&dead, &live, &size, &headsDead, &headsSize); err != nil {
+			return err
+		}
 		at := time.Duration(i) * window
 		b.add(fmt.Sprintf("churn %s at %d/s: claim p99 (bucket bound)", at.Round(time.Second), b.Sizes.ChurnRate),
 			bucketQuantile(prev, cur, 0.99)*1000, "ms", false,
-			fmt.Sprintf("dead tuples %d, live %d, table+indexes %.1f MB%s", dead, live, float64(size)/(1<<20), vacuumNote))
+			fmt.Sprintf("jobs: dead tuples %d, live %d, table+indexes %.1f MB; heads: dead tuples %d, table+indexes %.1f MB%s",
+				dead, live, float64(size)/(1<<20), headsDead, float64(headsSize)/(1<<20), vacuumNote))
 		prev = cur
 	}
 	return nil
@@ -118,8 +121,9 @@ func (b *bench) sampleChurn(ctx context.Context, q *benchQueue, reg *prometheus.
 
 // vacuumStatements are the only statements standInForAutovacuum runs, by table.
 var vacuumStatements = map[string]string{
-	"ordered_jobs": "VACUUM (ANALYZE) ordered_jobs",
-	"ordered_keys": "VACUUM (ANALYZE) ordered_keys",
+	"ordered_jobs":  "VACUUM (ANALYZE) ordered_jobs",
+	"ordered_keys":  "VACUUM (ANALYZE) ordered_keys",
+	"ordered_heads": "VACUUM (ANALYZE) ordered_heads",
 }
 
 // standInForAutovacuum does, on a server with autovacuum off, what autovacuum would do with the

@@ -21,7 +21,7 @@ func (b *bench) benchDeep(ctx context.Context) error {
 		return err
 	}
 	// As for the hot key: the claims are measured, not the checkpoint the load set off.
-	_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys")
+	_, _ = q.pool.Exec(ctx, "VACUUM ANALYZE ordered_jobs, ordered_keys, ordered_heads")
 	_, _ = q.pool.Exec(ctx, "CHECKPOINT")
 	var mu sync.Mutex
 	var lat []time.Duration

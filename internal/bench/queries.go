@@ -20,7 +20,8 @@ var (
 	//go:embed queries/plain_insert.sql
 	plainInsertSQL string
 
-	// tableStatsSQL reads the queue table's dead and live tuples and its size with its indexes.
+	// tableStatsSQL reads the job table's dead and live tuples and its size with its indexes, and
+	// the head table's dead tuples and size.
 	//go:embed queries/table_stats.sql
 	tableStatsSQL string
 
