@@ -1,6 +1,7 @@
 package ordered_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -214,6 +215,38 @@ func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
 	require.Equal(t, 1, j.Attempt)
 	require.NoError(t, b.client.Complete(b.ctx, j))
 	require.Equal(t, "done", b.jobStatus(t, ids[0]))
+}
+
+// Archival deletes a key's done jobs above a failed one: the key's archived seq still tells
+// that a later job ran, so the replay needs force as before, and a forced one runs the job
+// alone, with events at or below the archived seq still late.
+func TestReplayAfterLaterJobsWereArchivedNeedsForce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	ids := b.enqueue(t, "k", 1, 2)
+
+	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
+	require.Equal(t, ordered.OutcomeSkipped, out)
+	j2 := b.claimOne(t, b.client)
+	require.Equal(t, ids[1], j2.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j2))
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 1000})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "job 2 archived, the failed job 1 kept")
+
+	err = b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{})
+	require.ErrorIs(t, err, ordered.ErrReplayOutOfOrder)
+	require.Equal(t, "failed", b.jobStatus(t, ids[0]))
+	b.claimNone(t, b.client)
+
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+	j := b.claimOne(t, b.client)
+	require.Equal(t, ids[0], j.ID)
+	require.NoError(t, b.client.Complete(b.ctx, j))
+	require.Equal(t, "done", b.jobStatus(t, ids[0]))
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 2, Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err, "an archived event sent again is a no-op")
+	b.claimNone(t, b.client)
 }
 
 // The replay checks the key's later jobs, then queues the job again and moves the head, and

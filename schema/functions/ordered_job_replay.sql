@@ -25,13 +25,15 @@ BEGIN
             p_id, v_key USING ERRCODE = 'ORD03';
     END IF;
     -- A later job has started or finished: the first job above tells (as for a late event, see
-    -- ordered_enqueue_events), or a forced replay's finished jobs above the head.
+    -- ordered_enqueue_events), or a forced replay's finished jobs above the head, or the key's
+    -- archived seq (archival deletes done jobs above a failed one).
     SELECT j.id, j.seq, j.status, j.attempted_at INTO f FROM ordered_jobs AS j
     WHERE j.key = v_key AND j.seq > v_seq ORDER BY j.seq LIMIT 1;
     IF NOT p_force AND (
             f.status <> 'queued' OR f.attempted_at IS NOT NULL
          OR (f.id = h.job_id AND (h.state <> 'queued' OR h.attempted_at IS NOT NULL))
-         OR h.closed_above > v_seq) THEN
+         OR h.closed_above > v_seq
+         OR (SELECT k.archived_seq FROM ordered_keys AS k WHERE k.key = v_key) > v_seq) THEN
         RAISE EXCEPTION 'ordered: replaying job % would run it after later jobs of key % (force to replay anyway)',
             p_id, v_key USING ERRCODE = 'ORD02';
     END IF;
