@@ -50,6 +50,9 @@ func TestDemoShortIsClean(t *testing.T) {
 		require.Contains(t, out.String(), "0 order violations, 0 duplicate effects, 0 done jobs without effect", out.String())
 		require.Contains(t, out.String(), "policy "+pol+":", out.String())
 		require.Contains(t, out.String(), "result          clean", out.String())
+		if pol == "block" {
+			require.Contains(t, out.String(), "(--keep keeps the queue to replay or skip it)", out.String())
+		}
 	}
 }
 

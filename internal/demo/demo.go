@@ -108,7 +108,7 @@ func (d *demo) teardown() {
 		d.pool.Close()
 	}
 	if d.Keep {
-		d.say("kept schema %s", d.schema.Name)
+		d.say("kept schema %s: add search_path=%s to the database URL's parameters to reach it", d.schema.Name, d.schema.Name)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -135,6 +135,9 @@ func (d *demo) enqueue(ctx context.Context, client *ordered.Client) error {
 type workerProc struct {
 	name string
 	cmd  *exec.Cmd
+	// exited is closed when the process has exited; err is then how (cmd.Wait's error).
+	exited chan struct{}
+	err    error
 }
 
 func (d *demo) startWorker(name string) (*workerProc, error) {
@@ -143,7 +146,25 @@ func (d *demo) startWorker(name string) (*workerProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", name, err)
 	}
-	return &workerProc{name: name, cmd: cmd}, nil
+	p := &workerProc{name: name, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// anyExited returns an error for the first of procs that has exited: a worker ends only when
+// the demo stops or kills it, so the run could not finish without it.
+func anyExited(procs []*workerProc) error {
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("worker process %s ended before the run did (%v); its error, if any, is above", p.name, p.err)
+		default:
+		}
+	}
+	return nil
 }
 
 // stopWorkers asks the workers to stop and waits for them.
@@ -152,6 +173,6 @@ func stopWorkers(procs []*workerProc) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
-		_ = p.cmd.Wait()
+		<-p.exited
 	}
 }

@@ -46,6 +46,9 @@ func (d *demo) process(ctx context.Context) (*demoRun, error) {
 			return nil, ctx.Err()
 		case <-time.After(pollInterval):
 		}
+		if err := anyExited(procs); err != nil {
+			return nil, err
+		}
 		settled, pending, err := harness.Progress(ctx, d.pool)
 		if err != nil {
 			return nil, err
@@ -78,7 +81,7 @@ func (d *demo) killOne(ctx context.Context, procs []*workerProc, run *demoRun, p
 		return procs, err
 	}
 	_ = victim.cmd.Process.Kill()
-	_ = victim.cmd.Wait()
+	<-victim.exited
 	if err := d.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&run.killedAt); err != nil {
 		return procs[1:], err
 	}

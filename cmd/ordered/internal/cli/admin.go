@@ -59,7 +59,7 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show job counts, blocked keys, the oldest ready job's age and expired leases",
 		Long:  statusLong,
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out, oldestReady, err := a.status(cmd.Context())
 			if err != nil {
@@ -164,7 +164,7 @@ func (a *app) failedCmd() *cobra.Command {
 or skipped. ATTEMPTS (attempts in --json) counts the job's claims, a crashed worker's among
 them; a job fails for good at its event's max_attempts, or sooner at the --max-attempts cap
 of the worker that ran it, which is not stored.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 {
 				return fmt.Errorf("--limit %d must be at least 1", limit)
@@ -227,7 +227,7 @@ order: that is refused unless --force. A replay is refused too while a later job
 running.
 
 ` + eachJobHelp,
-		Args: cobra.MinimumNArgs(1),
+		Args: atLeastOne("job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.eachJob(cmd, args, "replayed", "", func(c *ordered.Client, id int64) (string, bool, error) {
 				if err := c.Replay(cmd.Context(), id, ordered.ReplayParams{Force: force}); err != nil {
@@ -250,7 +250,7 @@ and its key's next job may run. A failed job that blocks nothing (it failed unde
 policy, or was skipped before) is left as it is, and its line says so.
 
 ` + eachJobHelp,
-		Args: cobra.MinimumNArgs(1),
+		Args: atLeastOne("job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.eachJob(cmd, args, "skipped", "blocked nothing", func(c *ordered.Client, id int64) (string, bool, error) {
 				released, err := c.Skip(cmd.Context(), id)
@@ -331,7 +331,7 @@ func (a *app) archiveCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "archive",
 		Short: "Delete finished (done) jobs in bounded batches; failed jobs are kept",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if batch < 1 {
 				return fmt.Errorf("--batch %d must be at least 1", batch)

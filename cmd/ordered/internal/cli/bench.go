@@ -43,7 +43,7 @@ func (a *app) benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "The benchmark suite: throughput, hot-key flatness, deep backlog, enqueue, wake-up and churn, against this machine's commit ceiling",
 		Long:  benchLong,
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Sizes = bench.Full
 			if quick {

@@ -11,7 +11,6 @@ import (
 	"github.com/orderedq/ordered/internal/demo"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/ordered/orderedui"
-	"github.com/orderedq/ordered/policy"
 )
 
 const demoLong = `Demo enqueues a realistic per-customer event stream (orders, payments, invoices, shipments
@@ -35,8 +34,14 @@ func (a *app) demoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the main job: a per-customer event stream through crashing workers, checked for order",
 		Long:  demoLong,
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := policyFlag(o.Policy); err != nil {
+				return err
+			}
+			if o.Workers < 1 {
+				return fmt.Errorf("--workers %d must be at least 1", o.Workers)
+			}
 			customers := demo.Customers
 			if short {
 				customers = demo.CustomersShort
@@ -97,10 +102,10 @@ func (a *app) demoWorkerCmd() *cobra.Command {
 		Use:    demo.WorkerCommand,
 		Short:  "A worker process of the demo",
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if w.Policy, err = policy.ParseDecision(policyName); err != nil {
+			if w.Policy, err = policyFlag(policyName); err != nil {
 				return err
 			}
 			return a.runWorker(cmd.Context(), workerSetup{

@@ -108,7 +108,12 @@ finished, and a missing seq is a gap that holds the key; --gap says what a gap o
 --gap-timeout does (wait: nothing, proceed: pass it, block: hold the key for an operator; see
 ordered gaps). A key keeps the mode it was created with: an event for an existing key of the
 other mode is an error, and nothing is enqueued.`,
-		Args: cobra.MaximumNArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return fmt.Errorf("enqueue reads one FILE (or - for stdin), got %d arguments", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, name := a.stdin, "stdin"
 			if len(args) == 1 && args[0] != "-" {

@@ -63,7 +63,7 @@ func (a *app) gapsCmd() *cobra.Command {
 		Use:   "gaps",
 		Short: "List contiguous keys waiting on a gap, and the gaps passed",
 		Long:  gapsLong,
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			client, pool, err := a.client(ctx, nil, 2)
@@ -170,7 +170,7 @@ and moves past the range once it finishes.
 Each key is done on its own, in the order given, in a transaction of its own: one that is
 refused (no such contiguous key, no missing seq) undoes none of the others. One line per key,
 then a summary; the exit status is non-zero if any was refused.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: atLeastOne("key"),
 		RunE: func(cmd *cobra.Command, keys []string) error {
 			client, pool, err := a.client(cmd.Context(), nil, 2)
 			if err != nil {

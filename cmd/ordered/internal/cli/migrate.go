@@ -13,7 +13,7 @@ func (a *app) migrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema migrations (idempotent; safe when several run at once)",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pool, err := a.pool(cmd.Context(), 2)
 			if err != nil {

@@ -25,7 +25,7 @@ It listens on 127.0.0.1 unless --addr says otherwise. Any address beyond the loo
 interface needs credentials from the environment: ORDERED_UI_TOKEN (open the printed URL with
 ?token=TOKEN once), or ORDERED_UI_USER and ORDERED_UI_PASSWORD (HTTP basic auth); without
 them it refuses to start. --read-only hides every action and refuses action requests.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			auth, err := orderedui.AuthFromEnv()
 			if err != nil {

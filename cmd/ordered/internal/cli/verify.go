@@ -10,7 +10,6 @@ import (
 
 	"github.com/orderedq/ordered/internal/verify"
 	"github.com/orderedq/ordered/ordered"
-	"github.com/orderedq/ordered/policy"
 )
 
 const verifyLong = `Verify starts a private PostgreSQL cluster, and for each failure policy (block, skip) and
@@ -49,7 +48,7 @@ func (a *app) verifyCmd() *cobra.Command {
 		Use:   "verify",
 		Short: "The chaos run: a workload through crashes, stalls, dropped connections and a PostgreSQL restart, with its history checked",
 		Long:  verifyLong + "\n\n" + verifyExecLong,
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Hosts < 0 {
 				return fmt.Errorf("--hosts %d must not be negative (0: one host)", o.Hosts)
@@ -96,10 +95,10 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 		Use:    verify.WorkerCommand,
 		Short:  "A worker process of the chaos run",
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if w.Policy, err = policy.ParseDecision(policyName); err != nil {
+			if w.Policy, err = policyFlag(policyName); err != nil {
 				return err
 			}
 			if command != "" {

@@ -71,7 +71,7 @@ func (a *app) workCmd() *cobra.Command {
 		Use:   "work --exec COMMAND",
 		Short: "Run workers that execute COMMAND once per job",
 		Long:  workLong,
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("kill-grace") {
 				w.killGrace = min(killGraceDefault, w.lease/6)
@@ -108,7 +108,7 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 		grace:   w.killGrace,
 		env:     commandEnv(os.Environ(), a.databaseURL, w.databaseEnv),
 	}
-	decision, err := policy.ParseDecision(w.policyName)
+	decision, err := policyFlag(w.policyName)
 	if err != nil {
 		return err
 	}
