@@ -41,7 +41,7 @@ func TestEnqueueBadLine(t *testing.T) {
 		name, line, want string
 	}{
 		{"not JSON", `key=a seq=1`, "not a valid event object"},
-		{"truncated JSON", `{"key":"a","seq":1`, "not a valid event object: the line ends before it does"},
+		{"truncated JSON", `{"key":"a","seq":1`, "not a valid event object: the line ends inside the object (a closing brace or quote missing?)"},
 		// A syntax error names its column, and the field and place in its value.
 		{"syntax error in the payload", ` {"key":"a","seq":1,"payload":{"a":[1,"x	y"]}}`, `payload: not valid JSON at column 41 (/payload/a/1): invalid character '\t' in string`},
 		{"syntax error between fields", `{"key":"a","seq":01}`, "not a valid event object at column 19: invalid character '1' after object value"},
@@ -55,7 +55,7 @@ func TestEnqueueBadLine(t *testing.T) {
 		{"negative seq", `{"key":"a","seq":-1}`, "seq: negative"},
 		{"fractional seq", `{"key":"a","seq":1.5}`, "not an integer"},
 		{"exponent seq", `{"key":"a","seq":1e3}`, "not an integer"},
-		{"seq beyond int64", `{"key":"a","seq":9223372036854775808}`, "not an integer"},
+		{"seq beyond int64", `{"key":"a","seq":9223372036854775808}`, "seq 9223372036854775808 is out of range (0 to 9223372036854775807)"},
 		{"seq not a number", `{"key":"a","seq":"seven"}`, "not an integer"},
 		{"seq a quoted number", `{"key":"a","seq":"7"}`, "not an integer"},
 		{"unknown field", `{"key":"a","seq":1,"sequence":2}`, "unknown field"},

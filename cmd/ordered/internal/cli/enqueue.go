@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -348,7 +349,7 @@ func syntaxProblem(raw []byte, lead int, err error) string {
 	var syn *json.SyntaxError
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return ": the line ends before it does"
+		return ": the line ends inside the object (a closing brace or quote missing?)"
 	case !errors.As(err, &syn):
 		return ": " + err.Error()
 	}
@@ -384,7 +385,9 @@ func eventOf(values [len(eventFields)]json.RawMessage) (ordered.Event, error) {
 	if !present(seq) {
 		return ev, errors.New("missing seq")
 	}
-	if ev.Seq, err = strconv.ParseInt(string(seq), 10, 64); err != nil {
+	if ev.Seq, err = strconv.ParseInt(string(seq), 10, 64); errors.Is(err, strconv.ErrRange) {
+		return ev, fmt.Errorf("seq %s is out of range (0 to %d)", truncateBytes(seq, 32), int64(math.MaxInt64))
+	} else if err != nil {
 		return ev, fmt.Errorf("seq %s is not an integer", truncateBytes(seq, 32))
 	}
 	if present(kind) {
