@@ -272,6 +272,13 @@ func TestEnqueueSources(t *testing.T) {
 	require.Regexp(t, `^ordered: `+regexp.QuoteMeta(bad)+`: line 3: missing seq`, r.stderr)
 	require.Equal(t, 4, jobCount(t, q.Pool))
 
+	// An event repeated in the input with other content names both lines.
+	r = runCLI(t, q.URL, `{"key":"twice","seq":1,"payload":{"a":1}}`+"\n\n"+`{"key":"twice","seq":1,"payload":{"a":2}}`, "enqueue")
+	requireOneLineError(t, r)
+	require.Equal(t, `ordered: stdin: line 3: duplicate event with different content: key "twice" seq 1 is given on line 1 `+
+		"with a different payload; nothing was enqueued\n", r.stderr)
+	require.Equal(t, 4, jobCount(t, q.Pool))
+
 	// A file that does not exist.
 	r = runCLI(t, q.URL, "", "enqueue", filepath.Join(dir, "missing.jsonl"))
 	requireOneLineError(t, r)

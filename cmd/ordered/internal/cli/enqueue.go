@@ -570,7 +570,17 @@ func lineError(name string, err error, lines []int, events []ordered.Event, sent
 		at, msg = invalid.Index, invalid.Field+": "+invalid.Reason
 	case errors.As(err, &conflict):
 		at = conflict.Index
-		if conflict.Stored && sent {
+		earlier := -1
+		if !conflict.Stored && at >= 0 && at <= len(events) {
+			earlier = slices.IndexFunc(events[:at], func(ev ordered.Event) bool {
+				return ev.Key == conflict.Key && ev.Seq == conflict.Seq
+			})
+		}
+		switch {
+		case earlier >= 0 && earlier < len(lines):
+			msg = fmt.Sprintf("duplicate event with different content: key %q seq %d is given on line %d with a different %s",
+				truncateBytes([]byte(conflict.Key), 64), conflict.Seq, lines[earlier], conflict.Field)
+		case conflict.Stored && sent:
 			// The event it conflicts with may be of an earlier chunk, rolled back with this one.
 			msg = fmt.Sprintf("duplicate event with different content: key %q seq %d is given earlier in the input, "+
 				"or was enqueued before it, with a different %s", truncateBytes([]byte(conflict.Key), 64), conflict.Seq, conflict.Field)
