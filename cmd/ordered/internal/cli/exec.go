@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/orderedq/ordered/internal/execguard"
 	"github.com/orderedq/ordered/ordered"
 )
@@ -58,11 +60,20 @@ func execHandler(c execConfig, a *app) ordered.HandlerFunc {
 		case errors.As(err, &exit) && exit.ExitCode() == exitPermanent:
 			return ordered.Permanent(fmt.Errorf("command exited with status %d (EX_DATAERR)", exitPermanent))
 		case errors.As(err, &exit) && exit.ExitCode() >= 0:
-			return fmt.Errorf("command exited with status %d", exit.ExitCode())
+			return exitError(exit.ExitCode())
 		default:
 			return fmt.Errorf("command: %w", err)
 		}
 	}
+}
+
+// exitError is the retryable error of a command that exited with status code. A status above
+// 128 is how a shell (and the guard) reports a command that a signal ended: it is named.
+func exitError(code int) error {
+	if sig := unix.Signal(code - 128); code > 128 && unix.SignalName(sig) != "" {
+		return fmt.Errorf("command exited with status %d (128+%d: ended by %s)", code, int(sig), unix.SignalName(sig))
+	}
+	return fmt.Errorf("command exited with status %d", code)
 }
 
 // jobEnv is the job's part of its command's environment.

@@ -85,7 +85,7 @@ func execBatchHandler(c execConfig, a *app) ordered.BatchHandlerFunc {
 		case errors.As(err, &exit) && exit.ExitCode() == exitPermanent:
 			return done, ordered.Permanent(fmt.Errorf("command exited with status %d (EX_DATAERR)", exitPermanent))
 		case errors.As(err, &exit) && exit.ExitCode() >= 0:
-			return done, fmt.Errorf("command exited with status %d", exit.ExitCode())
+			return done, exitError(exit.ExitCode())
 		default:
 			return done, fmt.Errorf("command: %w", err)
 		}
