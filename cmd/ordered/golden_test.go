@@ -380,6 +380,7 @@ func TestGoldenUsageErrors(t *testing.T) {
 		{"demo", "--workers", "0"},
 		{"gaps", "release"},
 		{"archive", "--batch", "0"},
+		{"archive", "--older-than", "-1h"},
 		{"failed", "--limit", "0"},
 		{"failed", "--limit", "-1"},
 		{"verify", "--hosts", "-1"},

@@ -336,6 +336,9 @@ func (a *app) archiveCmd() *cobra.Command {
 			if batch < 1 {
 				return fmt.Errorf("--batch %d must be at least 1", batch)
 			}
+			if olderThan < 0 {
+				return fmt.Errorf("--older-than %s must not be negative", olderThan)
+			}
 			ctx := cmd.Context()
 			client, pool, err := a.client(ctx, nil, 2)
 			if err != nil {

@@ -82,7 +82,8 @@ func (a *app) enqueueCmd() *cobra.Command {
 
   {"key":"cust-42","seq":7,"kind":"invoice.paid","payload":{...},"run_at":"2026-01-02T15:04:05Z"}
 
-key and seq are required; kind, payload, run_at (RFC 3339) and max_attempts are optional.
+key and seq are required; kind, payload, run_at (RFC 3339) and max_attempts are optional
+(max_attempts absent or 0: 25; a worker's --max-attempts caps it).
 run_at is kept to the microsecond, a finer fraction cut (as ordered_enqueue cuts it); its
 UTC offset is at most ±15:59, and 0001-01-01T00:00:00Z (which means no run_at) is refused.
 Field names are exactly these (lower case), each at most once; another field, or anything
