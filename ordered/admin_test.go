@@ -218,8 +218,8 @@ func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
 }
 
 // Archival deletes a key's done jobs above a failed one: the key's archived seq still tells
-// that a later job ran, so the replay needs force as before, and a forced one runs the job
-// alone, with events at or below the archived seq still late.
+// that a later job ran, so the replay needs force as before. A forced one runs the job alone,
+// and an event at or below the archived seq sent again is still a no-op.
 func TestReplayAfterLaterJobsWereArchivedNeedsForce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, skipPolicyCfg())

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered/orderedtest"
@@ -75,9 +78,52 @@ func TestDemoStartsPrivateClusterWithoutServer(t *testing.T) {
 	require.NoError(t, demo.Run(), out.String())
 	require.Contains(t, out.String(), "starting a private PostgreSQL cluster", out.String())
 	require.Contains(t, out.String(), "result          clean", out.String())
+	require.NotContains(t, out.String(), "--keep", "nothing can be kept in a private cluster")
 	left, err := os.ReadDir(tmp)
 	require.NoError(t, err)
 	require.Empty(t, left, "the private cluster's directory was not removed")
+
+	// --keep is refused there, before anything is enqueued.
+	out.Reset()
+	keep := exec.Command(bin, "demo", "--short", "--keep")
+	keep.Env, keep.Stdout, keep.Stderr = demo.Env, &out, &out
+	require.Error(t, keep.Run())
+	require.Contains(t, out.String(), "ordered: --keep: the private cluster goes at the end of the run", out.String())
+	require.NotContains(t, out.String(), "enqueued", out.String())
+	left, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, left, "the private cluster's directory was not removed")
+}
+
+// demo --keep leaves its queue, and says how to reach it: the commands it names work on it.
+func TestDemoKeepLeavesAReachableQueue(t *testing.T) {
+	t.Parallel()
+	bin := scenarioBin(t)
+	var out bytes.Buffer
+	demo := exec.Command(bin, "demo", "--short", "--keep", "--database-url", orderedtest.DatabaseURL())
+	demo.Stdout, demo.Stderr = &out, &out
+	require.NoError(t, demo.Run(), out.String())
+	kept := regexp.MustCompile(`kept schema (\S+): ordered status --database-url '([^']+)'`).FindStringSubmatch(out.String())
+	require.NotNil(t, kept, out.String())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, orderedtest.DatabaseURL())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{kept[1]}.Sanitize()+" CASCADE")
+		require.NoError(t, err)
+	})
+	require.Regexp(t, `\(ordered replay \d+ / ordered skip \d+ in the kept schema\)`, out.String())
+
+	r := runCLI(t, kept[2], "", "status", "--json")
+	require.Zero(t, r.code, r.stderr)
+	var status struct {
+		Blocked int `json:"blocked"`
+		Done    int `json:"done"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &status), r.stdout)
+	require.Equal(t, 1, status.Blocked, "the short stream's poison event blocks its customer")
+	require.Positive(t, status.Done)
 }
 
 func withoutEnv(env []string, name string) []string {

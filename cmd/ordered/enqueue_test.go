@@ -41,7 +41,7 @@ func TestEnqueueBadLine(t *testing.T) {
 		name, line, want string
 	}{
 		{"not JSON", `key=a seq=1`, "not a valid event object"},
-		{"truncated JSON", `{"key":"a","seq":1`, "not a valid event object: the line ends inside the object (a closing brace or quote missing?)"},
+		{"truncated JSON", `{"key":"a","seq":1`, "not a valid event object: the line ends before its JSON does"},
 		// A syntax error names its column, and the field and place in its value.
 		{"syntax error in the payload", ` {"key":"a","seq":1,"payload":{"a":[1,"x	y"]}}`, `payload: not valid JSON at column 41 (/payload/a/1): invalid character '\t' in string`},
 		{"syntax error between fields", `{"key":"a","seq":01}`, "not a valid event object at column 19: invalid character '1' after object value"},
@@ -64,6 +64,7 @@ func TestEnqueueBadLine(t *testing.T) {
 		{"run_at offset beyond PostgreSQL's", `{"key":"a","seq":1,"run_at":"2026-01-02T15:04:05+16:00"}`, "its UTC offset is beyond ±15:59"},
 		{"negative max_attempts", `{"key":"a","seq":1,"max_attempts":-1}`, "max_attempts: negative"},
 		{"max_attempts not an integer", `{"key":"a","seq":1,"max_attempts":2.5}`, "max_attempts 2.5 is not an integer"},
+		{"max_attempts beyond int32", `{"key":"a","seq":1,"max_attempts":2147483648}`, "max_attempts 2147483648 is out of range (at most 2147483647)"},
 		{"payload over the limit", `{"key":"a","seq":1,"payload":` + bigPayload + `}`, "payload: 1048577 bytes, over the limit of 1048576"},
 		{"NUL in payload", `{"key":"a","seq":1,"payload":"a\u0000b"}`, "payload"},
 		// Field names are exact, each given once; nothing follows the object.

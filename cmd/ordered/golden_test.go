@@ -379,6 +379,8 @@ func TestGoldenUsageErrors(t *testing.T) {
 		{"demo", "--policy", "sometimes"},
 		{"demo", "--workers", "0"},
 		{"gaps", "release"},
+		{"gaps", "relase", "k"},
+		{"work", "--exec", "echo", "hi"},
 		{"archive", "--batch", "0"},
 		{"archive", "--older-than", "-1h"},
 		{"failed", "--limit", "0"},

@@ -68,12 +68,12 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			return fmt.Errorf("bench: unknown scenario %q (known: %s)", name, strings.Join(ScenarioNames, ", "))
 		}
 	}
-	baseURL, closeDB, err := harness.Database(ctx, o.DatabaseURL, b.Log)
+	db, err := harness.OpenDatabase(ctx, o.DatabaseURL, b.Log)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
-	b.baseURL = baseURL
+	defer db.Close()
+	b.baseURL = db.URL
 	if err := b.benchCeiling(ctx); err != nil {
 		return err
 	}

@@ -9,8 +9,10 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -48,9 +50,11 @@ const enqueueChunk = 10_000
 // demo is one run of the demo.
 type demo struct {
 	Options
-	out    io.Writer
-	schema *harness.Schema
-	pool   *pgxpool.Pool
+	// private: the run's database is a private cluster, removed at its end
+	private bool
+	out     io.Writer
+	schema  *harness.Schema
+	pool    *pgxpool.Pool
 }
 
 // Run runs the demo, showing its progress and then its report on out. It fails when the order
@@ -60,12 +64,17 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		o.Events = Stream(Customers)
 	}
 	d := &demo{Options: o, out: out}
-	baseURL, closeDB, err := harness.Database(ctx, o.DatabaseURL, out)
+	db, err := harness.OpenDatabase(ctx, o.DatabaseURL, out)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
-	if err := d.setup(ctx, baseURL); err != nil {
+	defer db.Close()
+	if db.Private && o.Keep {
+		return errors.New("--keep: the private cluster goes at the end of the run, with the queue in it; " +
+			"give a database (--database-url or DATABASE_URL) to keep the queue in")
+	}
+	d.private = db.Private
+	if err := d.setup(ctx, db.URL); err != nil {
 		return err
 	}
 	defer d.teardown()
@@ -108,7 +117,11 @@ func (d *demo) teardown() {
 		d.pool.Close()
 	}
 	if d.Keep {
-		d.say("kept schema %s: add search_path=%s to the database URL's parameters to reach it", d.schema.Name, d.schema.Name)
+		if u := reachURL(d.schema.BaseURL, d.schema.Name); u != "" {
+			d.say("kept schema %s: ordered status --database-url '%s' (and the other commands) reach it", d.schema.Name, u)
+		} else {
+			d.say("kept schema %s: set search_path=%s in the connection's settings to reach it", d.schema.Name, d.schema.Name)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -154,13 +167,30 @@ func (d *demo) startWorker(name string) (*workerProc, error) {
 	return p, nil
 }
 
+// reachURL is the database URL base with schema on its search path and its password hidden,
+// for an operator to reach a kept queue; empty when base is no URL (a key=value string).
+func reachURL(base, schema string) string {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return ""
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.Redacted()
+}
+
 // anyExited returns an error for the first of procs that has exited: a worker ends only when
 // the demo stops or kills it, so the run could not finish without it.
 func anyExited(procs []*workerProc) error {
 	for _, p := range procs {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("worker process %s ended before the run did (%v); its error, if any, is above", p.name, p.err)
+			how := "exit status 0"
+			if p.err != nil {
+				how = p.err.Error()
+			}
+			return fmt.Errorf("worker process %s ended before the run did (%s); its error, if any, is above", p.name, how)
 		default:
 		}
 	}

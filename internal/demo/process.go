@@ -46,6 +46,11 @@ func (d *demo) process(ctx context.Context) (*demoRun, error) {
 			return nil, ctx.Err()
 		case <-time.After(pollInterval):
 		}
+		// An interrupt reaches the workers too (they share the demo's process group): it is
+		// the interrupt that ends the run then, not their exit.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if err := anyExited(procs); err != nil {
 			return nil, err
 		}

@@ -32,7 +32,9 @@ func TestRunFailsWhenAWorkerProcessEnds(t *testing.T) {
 		Events:      []ordered.Event{{Key: "cust-1", Seq: 1}, {Key: "cust-1", Seq: 2}},
 		Stderr:      stderr,
 	}, &out)
-	require.ErrorContains(t, err, "worker process worker-1 ended before the run did (exit status 3)", out.String())
+	// Both end at once; whichever the demo sees first is named.
+	require.Error(t, err, out.String())
+	require.Regexp(t, `^worker process worker-[12] ended before the run did \(exit status 3\)`, err.Error())
 	require.NoError(t, ctx.Err(), "the run ended by itself")
 	logged, err := os.ReadFile(stderr.Name())
 	require.NoError(t, err)

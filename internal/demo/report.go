@@ -58,14 +58,16 @@ func (d *demo) reportFailed(ctx context.Context, client *ordered.Client) error {
 		if f.Blocking {
 			// The queue is dropped at the end of the run unless kept or served: only then can an
 			// operator act on the job.
-			act := "--keep keeps the queue to replay or skip it"
+			act := ""
 			switch {
 			case d.Serve != nil:
-				act = fmt.Sprintf("replay or skip job %d on the dashboard", f.ID)
+				act = fmt.Sprintf(" (replay or skip job %d on the dashboard)", f.ID)
 			case d.Keep:
-				act = fmt.Sprintf("ordered replay %d / ordered skip %d in the kept schema", f.ID, f.ID)
+				act = fmt.Sprintf(" (ordered replay %d / ordered skip %d in the kept schema)", f.ID, f.ID)
+			case !d.private:
+				act = " (--keep keeps the queue to replay or skip it)"
 			}
-			d.say("                  policy block: the key is blocked, its %d later events wait (%s)", later-laterDone, act)
+			d.say("                  policy block: the key is blocked, its %d later events wait%s", later-laterDone, act)
 		} else {
 			d.say("                  policy skip: kept for investigation, its %d later events ran", laterDone)
 		}

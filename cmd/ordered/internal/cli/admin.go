@@ -49,9 +49,9 @@ const statusLong = `Status counts the queue's jobs now (it reads the whole table
 to all jobs: queued, running, done, failed (failed for good, holding nothing: the skip
 policy, or skipped) and blocked (failed for good and holding its key until replayed or
 skipped). Then the keys that blocked jobs hold, the age of the oldest job ready to run (0s
-when none waits), the running jobs whose lease has expired, the contiguous keys waiting on a gap (with those their
-gap policy blocked, and the oldest gap's age: shown when there are any; ordered gaps lists
-them), and the first blocked jobs with their keys.`
+when none waits), the running jobs whose lease has expired, the contiguous keys waiting on a
+gap (with those their gap policy blocked, and the oldest gap's age: shown when there are
+any; ordered gaps lists them), and the first blocked jobs with their keys.`
 
 func (a *app) statusCmd() *cobra.Command {
 	var asJSON bool

@@ -78,12 +78,12 @@ func (a *app) enqueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "enqueue [FILE|-]",
 		Short: "Enqueue JSON Lines events from FILE or standard input, all or nothing",
-		Long: `Enqueue reads one event per line:
+		Long: fmt.Sprintf(`Enqueue reads one event per line:
 
   {"key":"cust-42","seq":7,"kind":"invoice.paid","payload":{...},"run_at":"2026-01-02T15:04:05Z"}
 
 key and seq are required; kind, payload, run_at (RFC 3339) and max_attempts are optional
-(max_attempts absent or 0: 25; a worker's --max-attempts caps it).
+(max_attempts absent or 0: %d; a worker's --max-attempts caps it).
 run_at is kept to the microsecond, a finer fraction cut (as ordered_enqueue cuts it); its
 UTC offset is at most ±15:59, and 0001-01-01T00:00:00Z (which means no run_at) is refused.
 Field names are exactly these (lower case), each at most once; another field, or anything
@@ -109,13 +109,8 @@ an unbroken sequence from --first-seq, an event runs only once every lower seq o
 finished, and a missing seq is a gap that holds the key; --gap says what a gap open for
 --gap-timeout does (wait: nothing, proceed: pass it, block: hold the key for an operator; see
 ordered gaps). A key keeps the mode it was created with: an event for an existing key of the
-other mode is an error, and nothing is enqueued.`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 1 {
-				return fmt.Errorf("enqueue reads one FILE (or - for stdin), got %d arguments", len(args))
-			}
-			return nil
-		},
+other mode is an error, and nothing is enqueued.`, ordered.MaxAttemptsDefault),
+		Args: atMostOne("FILE (or - for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, name := a.stdin, "stdin"
 			if len(args) == 1 && args[0] != "-" {
@@ -350,7 +345,7 @@ func syntaxProblem(raw []byte, lead int, err error) string {
 	var syn *json.SyntaxError
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return ": the line ends inside the object (a closing brace or quote missing?)"
+		return ": the line ends before its JSON does"
 	case !errors.As(err, &syn):
 		return ": " + err.Error()
 	}
@@ -410,9 +405,14 @@ func eventOf(values [len(eventFields)]json.RawMessage) (ordered.Event, error) {
 		}
 	}
 	if present(maxAttempts) {
-		if err := json.Unmarshal(maxAttempts, &ev.MaxAttempts); err != nil {
+		n, err := strconv.ParseInt(string(maxAttempts), 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange) || n > math.MaxInt32:
+			return ev, fmt.Errorf("max_attempts %s is out of range (at most %d)", truncateBytes(maxAttempts, 32), math.MaxInt32)
+		case err != nil:
 			return ev, fmt.Errorf("max_attempts %s is not an integer", truncateBytes(maxAttempts, 32))
 		}
+		ev.MaxAttempts = int(n)
 	}
 	return ev, nil
 }
@@ -572,7 +572,7 @@ func lineError(name string, err error, lines []int, events []ordered.Event, sent
 	case errors.As(err, &conflict):
 		at = conflict.Index
 		earlier := -1
-		if !conflict.Stored && at >= 0 && at <= len(events) {
+		if !conflict.Stored && at >= 0 && at < len(events) {
 			earlier = slices.IndexFunc(events[:at], func(ev ordered.Event) bool {
 				return ev.Key == conflict.Key && ev.Seq == conflict.Seq
 			})
