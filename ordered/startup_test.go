@@ -120,3 +120,30 @@ func TestWorkerStopsWhenTheSchemaChangesUnderIt(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// A server that refuses the start-up's sessions for a moment, as one starting up does
+// (SQLSTATE 57P03), is asked again: the worker starts once it answers, and runs jobs. One
+// that keeps refusing fails the start with the server's error.
+func TestWorkerStartWaitsOutAServerStartingUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	pool, proxy := b.partitionedPool(t)
+	c, err := ordered.NewClient(pool, nil)
+	require.NoError(t, err)
+	id := b.enqueue(t, "k", 1)[0]
+
+	proxy.RefuseNext(3, "57P03", "the database system is starting up")
+	w, err := c.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }), nil)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	_, err = orderedtest.WaitDrained(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.NoError(t, w.Stop(b.ctx))
+	require.Equal(t, "done", b.jobStatus(t, id))
+
+	proxy.RefuseNext(1000, "57P03", "the database system is starting up")
+	defer proxy.RefuseNext(0, "", "")
+	w, err = c.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }), nil)
+	require.NoError(t, err)
+	require.ErrorContains(t, w.Start(b.ctx), "the database system is starting up (SQLSTATE 57P03)")
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/sourcegraph/conc/panics"
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/orderedq/ordered/internal/startup"
 	"github.com/orderedq/ordered/ordered/internal/completer"
 	"github.com/orderedq/ordered/ordered/internal/startstop"
 	"github.com/orderedq/ordered/ordered/internal/store"
@@ -130,7 +131,9 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 // Start starts fetching and running jobs, and returns. ctx serves the start-up only; stop the
 // worker with Stop or StopAndCancel. A worker starts once, and not after Stop. A database
 // that is not migrated to this version fails Start with an error wrapping
-// schema.ErrNotMigrated (or schema.ErrSchemaNewer, if a newer version migrated it).
+// schema.ErrNotMigrated (or schema.ErrSchemaNewer, if a newer version migrated it). A server
+// that refuses or ends the start-up's session for a moment (restarting, shutting down,
+// terminating sessions: SQLSTATE 57P01-57P03, 57P05) is asked again for about 3 s.
 func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle.Lock()
 	switch {
@@ -150,7 +153,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	db, err := w.openPool(ctx)
 	var current string
 	if err == nil {
-		current, err = schema.CurrentSchema(ctx, db.db)
+		err = startup.Retry(ctx, func() (err error) {
+			current, err = schema.CurrentSchema(ctx, db.db)
+			return err
+		})
 	}
 
 	w.lifecycle.Lock()

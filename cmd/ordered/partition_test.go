@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,4 +56,24 @@ func TestWorkPartitionedWorkerEndsItsCommandBeforeTheLeaseExpires(t *testing.T) 
 		60*time.Second, 50*time.Millisecond, "the healed worker did not run the job again; stderr:\n%s", w.stderr())
 	require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "k/1 done attempts=2") },
 		30*time.Second, 50*time.Millisecond, "states %v", jobStates(t, q.Pool))
+}
+
+// A worker started while the server refuses sessions for a moment (starting up, SQLSTATE
+// 57P03) does not exit: it asks again, starts once the server answers, and runs the queue's
+// jobs. (A server that keeps refusing still ends it with a one-line error: see
+// TestUnreachableDatabase for one that is not there at all.)
+func TestWorkStartsOnceTheServerAnswers(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	through, proxy := proxied(t, q)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	proxy.RefuseNext(3, "57P03", "the database system is starting up")
+	w := startCLIWorker(t, through, "--exec", "true")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := orderedtest.WaitDrained(ctx, q.Pool)
+	require.NoError(t, err, "worker stderr:\n%s", w.stderr())
+	w.signal(t, syscall.SIGTERM)
+	require.Zero(t, w.wait(t, time.Minute), w.stderr())
+	require.Equal(t, []string{"k/1 done attempts=1"}, jobStates(t, q.Pool))
 }

@@ -1,7 +1,8 @@
 // Package faultproxy is a TCP proxy for tests that cuts traffic the way a network partition
 // does: Blackhole stops forwarding in both directions while every connection stays open, so
 // neither end hears anything, not even that the other has gone; Heal delivers what was held
-// and forwards again.
+// and forwards again. In front of PostgreSQL it also refuses sessions the way a server that
+// is starting up or shutting down does (RefuseNext).
 //
 // It listens on a free port of 127.0.0.1 and forwards each connection it accepts to one
 // target address. Connections accepted while the proxy is blackholed are held too.
@@ -10,6 +11,8 @@ package faultproxy
 import (
 	"net"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // Proxy forwards the connections it accepts to its target. Close it when done.
@@ -23,6 +26,10 @@ type Proxy struct {
 	open   chan struct{}
 	conns  map[net.Conn]struct{}
 	closed chan struct{}
+	// refuse is how many of the next connections RefuseNext refuses, and with what.
+	refuse        int
+	refuseCode    string
+	refuseMessage string
 }
 
 // New starts a proxy to target (host:port).
@@ -84,12 +91,63 @@ func (p *Proxy) Close() error {
 	return err
 }
 
+// RefuseNext makes the proxy answer each of the next n connections itself, as a PostgreSQL
+// server that refuses the session: the client's startup message gets a FATAL error with
+// SQLSTATE code and message, and the connection is closed.
+func (p *Proxy) RefuseNext(n int, code, message string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse, p.refuseCode, p.refuseMessage = n, code, message
+}
+
+// refusal returns the error that the next connection is refused with, if it is.
+func (p *Proxy) refusal() (*pgproto3.ErrorResponse, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refuse == 0 {
+		return nil, false
+	}
+	p.refuse--
+	return &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: p.refuseCode, Message: p.refuseMessage}, true
+}
+
+// refuseSession reads client's startup message (declining TLS first if it asks) and answers
+// it with refusal.
+func (p *Proxy) refuseSession(client net.Conn, refusal *pgproto3.ErrorResponse) {
+	defer p.wg.Done()
+	defer p.untrack(client)
+	backend := pgproto3.NewBackend(client, client)
+	for {
+		msg, err := backend.ReceiveStartupMessage()
+		if err != nil {
+			return
+		}
+		if _, tls := msg.(*pgproto3.SSLRequest); tls {
+			if _, err := client.Write([]byte{'N'}); err != nil {
+				return
+			}
+			continue
+		}
+		backend.Send(refusal)
+		_ = backend.Flush()
+		return
+	}
+}
+
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		client, err := p.listener.Accept()
 		if err != nil {
 			return // closed
+		}
+		if refusal, ok := p.refusal(); ok {
+			if !p.track(client) {
+				return
+			}
+			p.wg.Add(1)
+			go p.refuseSession(client, refusal)
+			continue
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {

@@ -1,16 +1,21 @@
 package faultproxy_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/internal/faultproxy"
+	"github.com/orderedq/ordered/internal/testdb"
 )
 
 // echoServer echoes every connection until the test ends.
@@ -107,4 +112,35 @@ func TestCloseEndsConnections(t *testing.T) {
 func isReset(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && !op.Timeout()
+}
+
+// In front of PostgreSQL, the next n sessions are refused as a server that is starting up
+// refuses them, with the SQLSTATE given; the one after reaches the server.
+func TestRefuseNextRefusesSessionsWithTheCodeGiven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(testdb.DatabaseURL())
+	require.NoError(t, err)
+	p, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	require.NoError(t, err)
+	defer p.Close()
+	host, port, err := net.SplitHostPort(p.Addr())
+	require.NoError(t, err)
+	n, err := strconv.ParseUint(port, 10, 16)
+	require.NoError(t, err)
+	cfg.Host, cfg.Port = host, uint16(n)
+
+	p.RefuseNext(2, "57P03", "the database system is starting up")
+	for range 2 {
+		_, err := pgx.ConnectConfig(ctx, cfg)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "57P03", pgErr.Code)
+		require.Equal(t, "the database system is starting up", pgErr.Message)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orderedq/ordered/internal/harness"
+	"github.com/orderedq/ordered/internal/startup"
 	"github.com/orderedq/ordered/ordered"
 	"github.com/orderedq/ordered/schema"
 )
@@ -49,7 +50,8 @@ func (a *app) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := pool.Ping(ctx); err != nil {
+	// A server restarting or ending sessions is asked again for a moment (see startup).
+	if err := startup.Retry(ctx, func() error { return pool.Ping(ctx) }); err != nil {
 		pool.Close()
 		switch {
 		case ctx.Err() != nil:
@@ -70,7 +72,7 @@ func (a *app) client(ctx context.Context, cfg *ordered.Config, maxConns int32) (
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := schema.Check(ctx, pool); err != nil {
+	if err := startup.Retry(ctx, func() error { return schema.Check(ctx, pool) }); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
