@@ -41,6 +41,9 @@ func (r *run) injectFaults(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if err := r.anyExited(); err != nil {
+			return err
+		}
 		if err == nil && pending == 0 && (r.o.hosts == nil || next == len(plan)) {
 			return r.topUp(ctx)
 		}
@@ -113,7 +116,7 @@ func (r *run) inject(ctx context.Context, fault string, victim int) error {
 func (r *run) kill(ctx context.Context, victim int) error {
 	pid := r.procs[victim].Process.Pid
 	_ = r.procs[victim].Process.Kill()
-	_ = r.procs[victim].Wait()
+	<-r.procs[victim].exited
 	var at time.Time
 	if err := r.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err == nil {
 		r.kills = append(r.kills, kill{pid: pid, at: at})

@@ -151,14 +151,14 @@ func runHosts(ctx context.Context, o Options, out io.Writer) error {
 // startHostWorkers starts the worker processes, process i on host i mod the hosts.
 func (r *run) startHostWorkers() error {
 	env := r.o.hosts
-	r.procs = make([]*exec.Cmd, r.o.Processes)
+	r.procs = make([]*workerProc, r.o.Processes)
 	for i := range r.procs {
 		p, err := env.spawn(i%len(env.hosts), r.workerArgs(r.workerURL))
 		if err != nil {
 			r.procs = r.procs[:i]
 			return err
 		}
-		r.procs[i] = p
+		r.procs[i] = watch(p, nil)
 	}
 	return nil
 }

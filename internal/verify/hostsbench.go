@@ -76,12 +76,15 @@ func benchDrain(ctx context.Context, env *hostsEnv, o Options, n int) (hostsBenc
 	}
 	defer r.killWorkers()
 	for i := range o.Processes {
-		var p *exec.Cmd
+		var p *workerProc
 		var err error
 		if n == 0 {
 			p, err = r.spawn()
 		} else {
-			p, err = env.spawn(i%n, r.workerArgs(r.workerURL))
+			var cmd *exec.Cmd
+			if cmd, err = env.spawn(i%n, r.workerArgs(r.workerURL)); err == nil {
+				p = watch(cmd, nil)
+			}
 		}
 		if err != nil {
 			return hostsBenchRow{}, err

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,7 +37,7 @@ type run struct {
 	pool      *pgxpool.Pool
 	schema    string
 	workerURL string
-	procs     []*exec.Cmd
+	procs     []*workerProc
 	// enqueued are the run's events, expected the poison ones among them.
 	enqueued, expected []history.ID
 	// gapFill are the events of the contiguous keys held back until the workers run, so
@@ -199,14 +200,86 @@ func (r *run) enqueueGapFill(ctx context.Context) error {
 	return nil
 }
 
+// workerProc is a worker process of the run.
+type workerProc struct {
+	*exec.Cmd
+	// exited is closed when the process has exited; err is then how (Wait's error).
+	exited chan struct{}
+	err    error
+	// stderr holds the end of its standard error (nil: not kept).
+	stderr *tail
+}
+
+// watch waits for cmd's exit in the background; cmd must not be waited for elsewhere.
+func watch(cmd *exec.Cmd, stderr *tail) *workerProc {
+	p := &workerProc{Cmd: cmd, exited: make(chan struct{}), stderr: stderr}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p
+}
+
+// tail keeps the last tailMax bytes written to it.
+type tail struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+const tailMax = 4 << 10
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > tailMax {
+		t.b = append(t.b[:0:0], t.b[len(t.b)-tailMax:]...)
+	}
+	return len(p), nil
+}
+
+// lastLine is the last line written, without its line break ("" if none).
+func (t *tail) lastLine() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	text := strings.TrimRight(string(t.b), "\n")
+	return text[strings.LastIndexByte(text, '\n')+1:]
+}
+
+// anyExited returns an error for the first worker that has exited: the run stops or kills
+// its workers itself (a killed one is replaced at once), so one that ends on its own did not
+// survive what the run did to it.
+func (r *run) anyExited() error {
+	for _, p := range r.procs {
+		select {
+		case <-p.exited:
+			how := "exit status 0"
+			if p.err != nil {
+				how = p.err.Error()
+			}
+			if p.stderr != nil && p.stderr.lastLine() != "" {
+				how += "; its last words: " + p.stderr.lastLine()
+			}
+			return fmt.Errorf("worker process %d ended on its own (%s)", p.Process.Pid, how)
+		default:
+		}
+	}
+	return nil
+}
+
 // spawn starts a worker process.
-func (r *run) spawn() (*exec.Cmd, error) {
+func (r *run) spawn() (*workerProc, error) {
 	args := r.workerArgs(r.workerURL)
 	if !r.transactional && r.command == "" && r.spawned%2 == 1 {
 		args = append(args, "--batch", strconv.Itoa(batchSize))
 	}
 	r.spawned++
-	return harness.SpawnSelf(io.Discard, io.Discard, args...)
+	stderr := &tail{}
+	cmd, err := harness.SpawnSelf(io.Discard, stderr, args...)
+	if err != nil {
+		return nil, err
+	}
+	return watch(cmd, stderr), nil
 }
 
 // workerArgs are the arguments of a worker process that connects to url.
@@ -226,7 +299,7 @@ func (r *run) startWorkers() error {
 	if r.o.hosts != nil {
 		return r.startHostWorkers()
 	}
-	r.procs = make([]*exec.Cmd, r.o.Processes)
+	r.procs = make([]*workerProc, r.o.Processes)
 	for i := range r.procs {
 		p, err := r.spawn()
 		if err != nil {
@@ -243,7 +316,7 @@ func (r *run) killWorkers() {
 	for _, p := range r.procs {
 		_ = p.Process.Signal(syscall.SIGCONT)
 		_ = p.Process.Kill()
-		_ = p.Wait()
+		<-p.exited
 	}
 }
 
