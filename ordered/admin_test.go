@@ -187,16 +187,23 @@ func TestReplayBlockedHeadRunsFirstWithFreshAttempts(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 11. Replay out of order.
 
-func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
-	t.Parallel()
+// failedBelowDone enqueues k/1 and k/2 under the skip policy, fails k/1 for good and
+// completes k/2: a failed job whose later job ran. It returns their IDs.
+func failedBelowDone(t *testing.T) (*testBundle, []int64) {
+	t.Helper()
 	b := setup(t, skipPolicyCfg())
 	ids := b.enqueue(t, "k", 1, 2)
-
 	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
 	require.Equal(t, ordered.OutcomeSkipped, out)
 	j2 := b.claimOne(t, b.client)
 	require.Equal(t, ids[1], j2.ID)
 	require.NoError(t, b.client.Complete(b.ctx, j2))
+	return b, ids
+}
+
+func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
+	t.Parallel()
+	b, ids := failedBelowDone(t)
 
 	err := b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{})
 	require.ErrorIs(t, err, ordered.ErrReplayOutOfOrder)
@@ -222,14 +229,7 @@ func TestReplayAfterLaterJobsRanNeedsForce(t *testing.T) {
 // and an event at or below the archived seq sent again is still a no-op.
 func TestReplayAfterLaterJobsWereArchivedNeedsForce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, skipPolicyCfg())
-	ids := b.enqueue(t, "k", 1, 2)
-
-	_, out := b.failNextHead(t, "k", 1, errors.New("boom"))
-	require.Equal(t, ordered.OutcomeSkipped, out)
-	j2 := b.claimOne(t, b.client)
-	require.Equal(t, ids[1], j2.ID)
-	require.NoError(t, b.client.Complete(b.ctx, j2))
+	b, ids := failedBelowDone(t)
 	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 1000})
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "job 2 archived, the failed job 1 kept")

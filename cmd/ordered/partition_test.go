@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/url"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,12 +67,6 @@ func TestWorkStartsOnceTheServerAnswers(t *testing.T) {
 	through, proxy := proxied(t, q)
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
 	proxy.RefuseNext(3, "57P03", "the database system is starting up")
-	w := startCLIWorker(t, through, "--exec", "true")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	_, err := orderedtest.WaitDrained(ctx, q.Pool)
-	require.NoError(t, err, "worker stderr:\n%s", w.stderr())
-	w.signal(t, syscall.SIGTERM)
-	require.Zero(t, w.wait(t, time.Minute), w.stderr())
+	drainThenStop(t, q, startCLIWorker(t, through, "--exec", "true"))
 	require.Equal(t, []string{"k/1 done attempts=1"}, jobStates(t, q.Pool))
 }

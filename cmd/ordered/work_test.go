@@ -227,6 +227,18 @@ func TestWorkMaxAttemptsFlag(t *testing.T) {
 		"--max-attempts 2 must stop the retries after attempt 2 (the job has max_attempts=%d)", maxAttempts)
 }
 
+// drainThenStop waits until q has no job queued or running, then stops w with SIGTERM, which
+// must end it with status 0.
+func drainThenStop(t *testing.T, q *orderedtest.Queue, w *cliProc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := orderedtest.WaitDrained(ctx, q.Pool)
+	require.NoError(t, err, "worker stderr:\n%s", w.stderr())
+	w.signal(t, syscall.SIGTERM)
+	require.Zero(t, w.wait(t, time.Minute), w.stderr())
+}
+
 // A command that a signal ends (here the shell kills itself) fails its attempt with a status
 // that names the signal, as a shell would report it (128+N).
 func TestWorkExecSignalledCommandNamesTheSignal(t *testing.T) {
@@ -234,15 +246,11 @@ func TestWorkExecSignalledCommandNamesTheSignal(t *testing.T) {
 	q := orderedtest.New(t)
 	enqueueCLI(t, q, `{"key":"sig","seq":1}`+"\n")
 	w := startCLIWorker(t, q, "--exec", "kill -KILL $$", "--max-attempts", "1", "--policy", "skip")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	_, err := orderedtest.WaitDrained(ctx, q.Pool)
-	require.NoError(t, err, "worker stderr:\n%s", w.stderr())
-	w.signal(t, syscall.SIGTERM)
-	require.Zero(t, w.wait(t, time.Minute), w.stderr())
+	drainThenStop(t, q, w)
 
 	var status, lastError string
-	require.NoError(t, q.Pool.QueryRow(ctx, "SELECT status, last_error FROM ordered_jobs WHERE id = 1").Scan(&status, &lastError))
+	require.NoError(t, q.Pool.QueryRow(context.Background(),
+		"SELECT status, last_error FROM ordered_jobs WHERE id = 1").Scan(&status, &lastError))
 	require.Equal(t, "failed", status)
 	require.Equal(t, "command exited with status 137 (128+9: ended by SIGKILL)", lastError)
 }
