@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os/exec"
 	"strconv"
 	"syscall"
 	"time"
@@ -147,10 +146,7 @@ func (d *demo) enqueue(ctx context.Context, client *ordered.Client) error {
 // workerProc is one demo worker process.
 type workerProc struct {
 	name string
-	cmd  *exec.Cmd
-	// exited is closed when the process has exited; err is then how (cmd.Wait's error).
-	exited chan struct{}
-	err    error
+	*harness.Child
 }
 
 func (d *demo) startWorker(name string) (*workerProc, error) {
@@ -159,12 +155,7 @@ func (d *demo) startWorker(name string) (*workerProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", name, err)
 	}
-	p := &workerProc{name: name, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
+	return &workerProc{name: name, Child: harness.Watch(cmd)}, nil
 }
 
 // reachURL is the database URL base with schema on its search path and its password hidden,
@@ -184,14 +175,8 @@ func reachURL(base, schema string) string {
 // the demo stops or kills it, so the run could not finish without it.
 func anyExited(procs []*workerProc) error {
 	for _, p := range procs {
-		select {
-		case <-p.exited:
-			how := "exit status 0"
-			if p.err != nil {
-				how = p.err.Error()
-			}
+		if how, exited := p.HasExited(); exited {
 			return fmt.Errorf("worker process %s ended before the run did (%s); its error, if any, is above", p.name, how)
-		default:
 		}
 	}
 	return nil
@@ -200,9 +185,9 @@ func anyExited(procs []*workerProc) error {
 // stopWorkers asks the workers to stop and waits for them.
 func stopWorkers(procs []*workerProc) {
 	for _, p := range procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
-		<-p.exited
+		<-p.Exited()
 	}
 }

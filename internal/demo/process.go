@@ -85,8 +85,8 @@ func (d *demo) killOne(ctx context.Context, procs []*workerProc, run *demoRun, p
 	if err := d.pool.QueryRow(ctx, inFlightSQL).Scan(&run.inFlight); err != nil {
 		return procs, err
 	}
-	_ = victim.cmd.Process.Kill()
-	<-victim.exited
+	_ = victim.Process.Kill()
+	<-victim.Exited()
 	if err := d.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&run.killedAt); err != nil {
 		return procs[1:], err
 	}

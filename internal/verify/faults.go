@@ -116,7 +116,7 @@ func (r *run) inject(ctx context.Context, fault string, victim int) error {
 func (r *run) kill(ctx context.Context, victim int) error {
 	pid := r.procs[victim].Process.Pid
 	_ = r.procs[victim].Process.Kill()
-	<-r.procs[victim].exited
+	<-r.procs[victim].Exited()
 	var at time.Time
 	if err := r.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&at); err == nil {
 		r.kills = append(r.kills, kill{pid: pid, at: at})

@@ -202,22 +202,14 @@ func (r *run) enqueueGapFill(ctx context.Context) error {
 
 // workerProc is a worker process of the run.
 type workerProc struct {
-	*exec.Cmd
-	// exited is closed when the process has exited; err is then how (Wait's error).
-	exited chan struct{}
-	err    error
+	*harness.Child
 	// stderr holds the end of its standard error (nil: not kept).
 	stderr *tail
 }
 
 // watch waits for cmd's exit in the background; cmd must not be waited for elsewhere.
 func watch(cmd *exec.Cmd, stderr *tail) *workerProc {
-	p := &workerProc{Cmd: cmd, exited: make(chan struct{}), stderr: stderr}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	return p
+	return &workerProc{Child: harness.Watch(cmd), stderr: stderr}
 }
 
 // tail keeps the last tailMax bytes written to it.
@@ -251,18 +243,14 @@ func (t *tail) lastLine() string {
 // survive what the run did to it.
 func (r *run) anyExited() error {
 	for _, p := range r.procs {
-		select {
-		case <-p.exited:
-			how := "exit status 0"
-			if p.err != nil {
-				how = p.err.Error()
-			}
-			if p.stderr != nil && p.stderr.lastLine() != "" {
-				how += "; its last words: " + p.stderr.lastLine()
-			}
-			return fmt.Errorf("worker process %d ended on its own (%s)", p.Process.Pid, how)
-		default:
+		how, exited := p.HasExited()
+		if !exited {
+			continue
 		}
+		if p.stderr != nil && p.stderr.lastLine() != "" {
+			how += "; its last words: " + p.stderr.lastLine()
+		}
+		return fmt.Errorf("worker process %d ended on its own (%s)", p.Process.Pid, how)
 	}
 	return nil
 }
@@ -316,7 +304,7 @@ func (r *run) killWorkers() {
 	for _, p := range r.procs {
 		_ = p.Process.Signal(syscall.SIGCONT)
 		_ = p.Process.Kill()
-		<-p.exited
+		<-p.Exited()
 	}
 }
 

@@ -24,6 +24,6 @@ func TestAnyExitedNamesAWorkerThatEndedOnItsOwn(t *testing.T) {
 	require.NoError(t, ended.Start())
 	p := watch(ended, stderr)
 	r.procs = append(r.procs, p)
-	<-p.exited
+	<-p.Exited()
 	require.EqualError(t, r.anyExited(), fmt.Sprintf("worker process %d ended on its own (exit status 3; its last words: ordered: check schema: gone)", ended.Process.Pid))
 }
