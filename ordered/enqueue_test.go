@@ -831,7 +831,7 @@ func TestEnqueueTxSameEventAtOnceTheSecondMeetsTheFirst(t *testing.T) {
 				}()
 				require.Eventually(t, func() bool {
 					// the single enqueue's statement, named by its first line, or the COPY path's
-					return b.statementsBlockedBy(t, first, "Enqueues one event|ordered_enqueue") == 1
+					return b.statementsBlockedBy(t, first, "INSERT INTO ordered_keys AS k|ordered_enqueue") == 1
 				}, time.Minute, time.Millisecond, "the second enqueue waits for the first")
 				if outcome == "first rolled back" {
 					require.NoError(t, first.Rollback(b.ctx))
@@ -1069,7 +1069,7 @@ func TestEnqueueAppendToAKeyEmptiedAfterItsSnapshotBecomesTheHead(t *testing.T) 
 				enqueued <- err
 			}()
 			waitFor(t, 10*time.Second, "the enqueue waiting for the key row", func() bool {
-				return b.statementsBlockedBy(t, completion, "Enqueues one event|ordered_enqueue") == 1
+				return b.statementsBlockedBy(t, completion, "INSERT INTO ordered_keys AS k|ordered_enqueue") == 1
 			})
 			require.NoError(t, completion.Commit(b.ctx))
 			require.NoError(t, <-enqueued)

@@ -292,7 +292,7 @@ func TestBatchOutcomeWaitsForAnEnqueueHoldingItsKeys(t *testing.T) {
 		answered <- o
 	}()
 	waitFor(t, 10*time.Second, "the outcome waiting for the enqueue", func() bool {
-		return b.statementsBlockedBy(t, tx, "What became of a completion batch") > 0
+		return b.statementsBlockedBy(t, tx, `j\.xmin AS xid`) > 0
 	})
 	require.NoError(t, tx.Commit(b.ctx))
 	o := <-answered

@@ -1,6 +1,7 @@
 // Package orderedbun enqueues events through bun, so that a business change made with bun and
 // its event commit or roll back together. It keeps bun out of package ordered: it unwraps the
-// bun transaction and calls Client.EnqueueManySQLTx.
+// bun transaction and calls Client.EnqueueManySQLTx. bun may run on its own driver (pgdriver)
+// or on pgx's database/sql driver (stdlib); both are tested.
 package orderedbun
 
 import (

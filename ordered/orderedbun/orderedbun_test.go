@@ -3,8 +3,10 @@ package orderedbun_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
 	"go.uber.org/goleak"
 
 	"github.com/orderedq/ordered/internal/testdb"
@@ -25,16 +28,34 @@ func event(key string, seq int64) ordered.Event {
 	return ordered.Event{Key: key, Seq: seq, Kind: "test", Payload: json.RawMessage(`{}`)}
 }
 
-// setup returns a client on a fresh queue and a bun.DB on the same schema, through pgx's
-// database/sql driver.
-func setup(t *testing.T) (*testdb.Queue, *ordered.Client, *bun.DB) {
+// drivers are the database/sql drivers bun runs on: pgx's, and bun's own (which puts the
+// arguments into the statement's text itself).
+var drivers = map[string]func(t *testing.T, q *testdb.Queue) driver.Connector{
+	"pgx stdlib": func(t *testing.T, q *testdb.Queue) driver.Connector {
+		cfg, err := pgx.ParseConfig(q.URL)
+		require.NoError(t, err)
+		return stdlib.GetConnector(*cfg)
+	},
+	"bun pgdriver": func(t *testing.T, q *testdb.Queue) driver.Connector {
+		// pgdriver takes the schema as a connection parameter, not libpq's options.
+		u, err := url.Parse(q.URL)
+		require.NoError(t, err)
+		params := u.Query()
+		params.Del("options")
+		u.RawQuery = params.Encode()
+		return pgdriver.NewConnector(pgdriver.WithDSN(u.String()),
+			pgdriver.WithConnParams(map[string]any{"search_path": q.Schema}))
+	},
+}
+
+// setup returns a client on a fresh queue and a bun.DB on the same schema, through the
+// database/sql driver connector makes.
+func setup(t *testing.T, connector func(t *testing.T, q *testdb.Queue) driver.Connector) (*testdb.Queue, *ordered.Client, *bun.DB) {
 	t.Helper()
 	q := testdb.New(t)
 	c, err := ordered.NewClient(q.Pool, nil)
 	require.NoError(t, err)
-	cfg, err := pgx.ParseConfig(q.URL)
-	require.NoError(t, err)
-	db := bun.NewDB(sql.OpenDB(stdlib.GetConnector(*cfg)), pgdialect.New())
+	db := bun.NewDB(sql.OpenDB(connector(t, q)), pgdialect.New())
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	require.NoError(t, db.PingContext(context.Background()))
 	return q, c, db
@@ -49,8 +70,17 @@ func jobCount(t *testing.T, q *testdb.Queue) int {
 
 func TestEnqueueBunFollowsTheCallersTransaction(t *testing.T) {
 	t.Parallel()
+	for name, connector := range drivers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			enqueueFollowsTheCallersTransaction(t, connector)
+		})
+	}
+}
+
+func enqueueFollowsTheCallersTransaction(t *testing.T, connector func(t *testing.T, q *testdb.Queue) driver.Connector) {
 	ctx := context.Background()
-	q, c, db := setup(t)
+	q, c, db := setup(t, connector)
 
 	// A transaction that fails: nothing enqueued.
 	errAbort := errors.New("abort")

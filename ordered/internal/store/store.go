@@ -8,6 +8,7 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,12 +19,44 @@ import (
 //go:embed queries/*.sql
 var queries embed.FS
 
+// query is the statement in queries/name, without its comments.
 func query(name string) string {
 	b, err := queries.ReadFile("queries/" + name)
 	if err != nil {
 		panic("store: missing query " + name)
 	}
-	return string(b)
+	return withoutComments(string(b))
+}
+
+// withoutComments is sql without its -- comments, each line's end kept. Drivers that put the
+// arguments into the statement's text themselves (bun's pgdriver, database/sql drivers that
+// interpolate) find the $n placeholders by their own reading of the text, and an apostrophe
+// in a comment ("the job's id") starts a string literal for them. Quoted text ('...' and
+// "...") is kept as it is; the statements hold no dollar-quoted text or /* */ comments.
+func withoutComments(sql string) string {
+	var out strings.Builder
+	var quote byte // the quote of the literal or identifier we are in, 0 outside
+	for i := 0; i < len(sql); i++ {
+		c := sql[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0 // a doubled quote closes and opens again: the same
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+			if i < len(sql) {
+				out.WriteByte('\n')
+			}
+			continue
+		}
+		out.WriteByte(c)
+	}
+	return out.String()
 }
 
 var (
