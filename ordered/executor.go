@@ -117,7 +117,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	started = true
 	w.waiting.Add(-1)
 	start := time.Now()
-	completed, returned, err := callHandler(ctx, w.handler, w.client, job)
+	completed, returned, err := callHandler(ctx, w.handler, w.client, job, w.log)
 	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 
 	if completed && err == nil {

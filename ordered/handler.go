@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,8 +82,10 @@ func (e *retryInError) Error() string { return e.err.Error() }
 func (e *retryInError) Unwrap() error { return e.err }
 
 // RetryIn wraps a handler's error so that the job is retried after delay instead of the
-// configured backoff (for example after a rate limit's Retry-After). Client.RetryAfter is
-// the same for a caller that settles its own jobs.
+// configured backoff (for example after a rate limit's Retry-After). A delay of zero or less
+// retries at once, and each such retry still counts an attempt: a handler that keeps asking
+// for one spends the job's attempts in moments. Client.RetryAfter is the same for a caller
+// that settles its own jobs.
 func RetryIn(delay time.Duration, err error) error {
 	if err == nil {
 		err = errors.New("retry requested")
@@ -89,12 +93,14 @@ func RetryIn(delay time.Duration, err error) error {
 	return &retryInError{delay: delay, err: err}
 }
 
-// callHandler runs the handler, turning a panic into an error of this job alone. returned is
-// when the handler's own code returned (or panicked).
-func callHandler(ctx context.Context, h Handler, c *Client, job *Job) (completed bool, returned time.Time, err error) {
+// callHandler runs the handler, turning a panic into an error of this job alone, logged on
+// log with its stack. returned is when the handler's own code returned (or panicked).
+func callHandler(ctx context.Context, h Handler, c *Client, job *Job, log *slog.Logger) (completed bool, returned time.Time, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			completed, returned, err = false, time.Now(), fmt.Errorf("panic: %v", r)
+			log.Error("ordered: handler panicked", "job.id", job.ID, "job.key", job.Key, "job.seq", job.Seq,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
 	return h.run(ctx, c, job)

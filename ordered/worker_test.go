@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -380,7 +381,8 @@ func TestWorkerFailedStartIsStopped(t *testing.T) {
 func TestWorkerHandlerOutcomes(t *testing.T) {
 	t.Parallel()
 	// The retried jobs wait an hour: none is claimed again while the metrics are read.
-	b := setup(t, &ordered.Config{Backoff: policy.Exponential{Base: time.Hour}})
+	logs := &syncBuffer{}
+	b := setup(t, &ordered.Config{Backoff: policy.Exponential{Base: time.Hour}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	reg := prometheus.NewRegistry()
 	ids := map[string]int64{}
 	for _, key := range []string{"ok", "permanent", "later", "panic"} {
@@ -405,6 +407,8 @@ func TestWorkerHandlerOutcomes(t *testing.T) {
 	require.Equal(t, "bad invoice", b.lastError(t, ids["permanent"]))
 	require.Equal(t, "rate limited", b.lastError(t, ids["later"]))
 	require.Equal(t, "panic: kaboom", b.lastError(t, ids["panic"]))
+	// The panic is logged with the stack of the handler that panicked.
+	require.Regexp(t, `level=ERROR msg="ordered: handler panicked" job.id=\d+ job.key=panic job.seq=1 panic=kaboom stack=".*TestWorkerHandlerOutcomes`, logs.String())
 	var wait time.Duration
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT available_at - now() FROM ordered_jobs_now WHERE id = $1`, ids["later"]).Scan(&wait))
 	require.Greater(t, wait, 50*time.Minute)
