@@ -31,9 +31,9 @@ type Event struct {
 	Seq int64
 	// Kind names what the event is, for handlers and operators ("invoice.paid").
 	Kind string
-	// Payload is the event's JSON document; nil means JSON null. It is stored as jsonb, so it
-	// must be one jsonb holds as sent: an object names each member once (jsonb would keep the
-	// last of a repeated name), and every number fits PostgreSQL's numeric.
+	// Payload is the event's JSON document; nil (or empty) means JSON null. It is stored as
+	// jsonb, so it must be one jsonb holds as sent: an object names each member once (jsonb
+	// would keep the last of a repeated name), and every number fits PostgreSQL's numeric.
 	Payload json.RawMessage
 	// RunAt delays the event; the zero time means now. A delayed event still holds back the
 	// later events of its key.

@@ -52,10 +52,13 @@ func Example() {
 	res, err := client.EnqueueTx(ctx, tx, ordered.Event{
 		Key: "cust-42", Seq: 7, Kind: "invoice.paid", Payload: json.RawMessage(`{"invoice":"in_1"}`),
 	})
-	if err != nil { // errors.Is: ordered.ErrLateEvent (a later event of cust-42 started), ErrInvalidEvent
+	if err != nil { // errors.Is: ordered.ErrLateEvent (a later event of cust-42 started),
+		// ErrDuplicateConflict ((cust-42, 7) is there with other content), ErrInvalidEvent
 		log.Fatal(err) // nothing was written, and tx is aborted
 	}
-	log.Printf("job %d, duplicate %v", res.ID, res.Duplicate) // duplicate: (cust-42, 7) was there already
+	// Duplicate: (cust-42, 7) was there already with the same content, nothing written (Archived
+	// too: at or below cust-42's archived history, taken as run, not compared).
+	log.Printf("job %d, duplicate %v", res.ID, res.Duplicate)
 	if err := tx.Commit(ctx); err != nil {
 		log.Fatal(err)
 	}
