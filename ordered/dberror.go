@@ -3,9 +3,13 @@ package ordered
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orderedq/ordered/schema"
 )
 
 // SQLSTATEs raised by the schema's functions.
@@ -106,9 +110,22 @@ func mapDBError(err error) error {
 		return mismatch
 	case codeNotContiguous:
 		return &schemaError{kind: ErrNotContiguous, msg: message}
+	case codeUndefinedTable, codeUndefinedFunction, codeUndefinedObject:
+		// The queue's own tables, functions or types missing: the search_path finds no
+		// migrated queue.
+		if strings.Contains(message, "ordered_") {
+			return fmt.Errorf("%w: %w", schema.ErrNotMigrated, err)
+		}
 	}
 	return err
 }
+
+// The SQLSTATEs of a missing table, function, and type.
+const (
+	codeUndefinedTable    = "42P01"
+	codeUndefinedFunction = "42883"
+	codeUndefinedObject   = "42704"
+)
 
 // codeReadOnly is read_only_sql_transaction: the session's server takes no writes.
 const codeReadOnly = "25006"

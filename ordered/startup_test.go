@@ -63,6 +63,20 @@ func TestWorkerStartChecksTheSchema(t *testing.T) {
 	<-w.Stopped()
 }
 
+// A producer on an unmigrated database gets an error that says to migrate too, whichever
+// path its events take (a single append, a batch), not the missing table's.
+func TestEnqueueOnAnUnmigratedSchemaSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c, err := ordered.NewClient(emptySchemaPool(t, b), nil)
+	require.NoError(t, err)
+	_, err = c.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 1})
+	require.ErrorIs(t, err, schema.ErrNotMigrated)
+	require.Regexp(t, "^ordered: schema not migrated: run schema.Migrate or `ordered migrate`: .*ordered_", err.Error())
+	_, err = c.EnqueueMany(b.ctx, []ordered.Event{{Key: "k", Seq: 1}, {Key: "k", Seq: 2}})
+	require.ErrorIs(t, err, schema.ErrNotMigrated)
+}
+
 // A worker whose queue another version migrates while it runs stops itself at its next
 // maintenance pass, as Stop would (no new claims; the running job finishes and is settled),
 // and Err says why: its statements are no longer the ones the functions answer. A change of
