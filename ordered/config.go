@@ -32,7 +32,8 @@ const (
 	ExhaustedBatchDefault = 100
 )
 
-// Config configures a Client. The zero value is usable: withDefaults fills every zero field.
+// Config configures a Client. The zero value is usable: NewClient gives every zero field its
+// default, named in the field's comment.
 type Config struct {
 	// Lease is how long a claim owns its job before another worker may recover it; renew it for
 	// longer work. Default LeaseDefault.
