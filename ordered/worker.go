@@ -139,7 +139,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	switch {
 	case w.stopping:
 		w.lifecycle.Unlock()
-		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
+		return fmt.Errorf("%w: a stopped worker does not start again", ErrWorkerStopped)
 	case w.started:
 		w.lifecycle.Unlock()
 		return errors.New("ordered: worker already started")
@@ -169,7 +169,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("ordered: start worker: %w", ErrWorkerStopped)
+		return fmt.Errorf("%w while it started", ErrWorkerStopped)
 	}
 	w.db, w.schema = db, current
 	base := context.WithoutCancel(ctx)

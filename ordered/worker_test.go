@@ -313,7 +313,9 @@ func TestWorkerStoppedBeforeStartNeverStarts(t *testing.T) {
 	}), &ordered.WorkerConfig{PollInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, w.Stop(b.ctx))
-	require.ErrorIs(t, w.Start(b.ctx), ordered.ErrWorkerStopped)
+	err = w.Start(b.ctx)
+	require.ErrorIs(t, err, ordered.ErrWorkerStopped)
+	require.EqualError(t, err, "ordered: worker stopped: a stopped worker does not start again")
 	require.NoError(t, w.StopAndCancel(b.ctx))
 	<-w.Stopped()
 	require.Equal(t, 1, b.claimOne(t, b.client).Attempt, "the stopped worker claimed k/1")
@@ -375,7 +377,9 @@ func TestWorkerFailedStartIsStopped(t *testing.T) {
 	<-w.Stopped()
 	require.ErrorContains(t, w.Start(b.ctx), "already started")
 	require.NoError(t, w.Stop(b.ctx))
-	require.ErrorIs(t, w.Start(b.ctx), ordered.ErrWorkerStopped)
+	err = w.Start(b.ctx)
+	require.ErrorIs(t, err, ordered.ErrWorkerStopped)
+	require.EqualError(t, err, "ordered: worker stopped: a stopped worker does not start again")
 }
 
 func TestWorkerHandlerOutcomes(t *testing.T) {
