@@ -555,6 +555,34 @@ func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
 	}
 }
 
+// ordered_enqueue names a number of the wrong form by its form: an integer of any length
+// beyond the column's range is out of range, as the CLI says, and a number with a fraction
+// is not an integer.
+func TestEnqueueSQLJSONNamesNumbersOutOfRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for _, tc := range []struct{ event, field, problem string }{
+		{`{"key":"a","seq":9223372036854775808}`, "seq", "out of range (0 to 9223372036854775807)"},
+		{`{"key":"a","seq":123456789012345678901234567890}`, "seq", "out of range (0 to 9223372036854775807)"},
+		{`{"key":"a","seq":-9223372036854775809}`, "seq", "out of range (0 to 9223372036854775807)"},
+		{`{"key":"a","seq":1.5}`, "seq", "not an integer"},
+		{`{"key":"a","seq":7.0}`, "seq", "not an integer"},
+		{`{"key":"a","seq":1,"max_attempts":123456789012345678901234567890}`, "max_attempts",
+			"123456789012345678901234567890, over the limit of 2147483647"},
+		{`{"key":"a","seq":1,"max_attempts":-123456789012345678901234567890}`, "max_attempts", "negative"},
+		{`{"key":"a","seq":1,"max_attempts":2.5}`, "max_attempts", "not an integer"},
+	} {
+		_, err := b.pool.Exec(b.ctx, `SELECT * FROM ordered_enqueue(('[' || $1 || ']')::jsonb)`, tc.event)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, tc.event)
+		var detail struct{ Field, Problem string }
+		require.NoError(t, json.Unmarshal([]byte(pgErr.Detail), &detail), tc.event)
+		require.Equal(t, tc.field, detail.Field, tc.event)
+		require.Equal(t, tc.problem, detail.Problem, tc.event)
+	}
+	require.Zero(t, b.jobRowCount(t))
+}
+
 // In the caller's transaction a conflicting duplicate aborts the transaction, as every
 // enqueue error does: the caller's own changes roll back with the batch.
 func TestEnqueueTxDuplicateConflictAbortsTheTransaction(t *testing.T) {

@@ -48,12 +48,13 @@ BEGIN
                                e.v->>'seq' AS seq_text, e.v->>'run_at' AS run_at_text,
                                e.v->>'max_attempts' AS max_attempts_text) AS t
     -- Whether a number is an integer in range (numbers are compared only once their text is
-    -- one of digits), and whether a time is RFC 3339, as Go's encoding/json reads one, with an
-    -- offset PostgreSQL accepts (up to 15:59) on a day that exists.
+    -- one of digits: an integer of any length is out of range, not "not an integer"), and
+    -- whether a time is RFC 3339, as Go's encoding/json reads one, with an offset PostgreSQL
+    -- accepts (up to 15:59) on a day that exists.
     CROSS JOIN LATERAL (SELECT
-        CASE WHEN t.seq = 'number' AND t.seq_text ~ '^-?[0-9]{1,19}$'
+        CASE WHEN t.seq = 'number' AND t.seq_text ~ '^-?[0-9]+$'
              THEN t.seq_text::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 END AS seq_ok,
-        CASE WHEN t.max_attempts = 'number' AND t.max_attempts_text ~ '^-?[0-9]{1,19}$'
+        CASE WHEN t.max_attempts = 'number' AND t.max_attempts_text ~ '^-?[0-9]+$'
              THEN t.max_attempts_text::numeric END AS max_attempts_n,
         CASE WHEN t.run_at = 'string'
                   AND t.run_at_text ~ '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.,][0-9]+)?(Z|[+-](0[0-9]|1[0-5]):[0-5][0-9])$'
@@ -81,14 +82,15 @@ BEGIN
             ARRAY[(SELECT min(k) FROM jsonb_object_keys(e.v - '{key,seq,kind,payload,run_at,max_attempts}'::text[]) AS k),
                   'unknown field (the fields are key, seq, kind, payload, run_at and max_attempts)']
         WHEN t.key <> 'null' AND t.key <> 'string' THEN ARRAY['key', 'not a string']
-        WHEN t.seq <> 'null' AND NOT coalesce(f.seq_ok, false) THEN ARRAY['seq', 'not an integer']
+        WHEN NOT f.seq_ok THEN ARRAY['seq', 'out of range (0 to 9223372036854775807)']
+        WHEN t.seq <> 'null' AND f.seq_ok IS NULL THEN ARRAY['seq', 'not an integer']
         WHEN t.kind <> 'null' AND t.kind <> 'string' THEN ARRAY['kind', 'not a string']
         WHEN t.run_at <> 'null' AND NOT coalesce(f.run_at_ok, false) THEN ARRAY['run_at', 'not an RFC 3339 time']
         WHEN f.run_at_ok AND substr(t.run_at_text, 1, 4) = '0000' THEN ARRAY['run_at', 'year 0, outside 1 to 9999']
         WHEN t.max_attempts <> 'null' AND f.max_attempts_n IS NULL THEN ARRAY['max_attempts', 'not an integer']
         WHEN f.max_attempts_n < -2147483648 THEN ARRAY['max_attempts', 'negative']
         WHEN f.max_attempts_n > 2147483647 THEN
-            ARRAY['max_attempts', format('%s, over the limit of 2147483647', f.max_attempts_n)]
+            ARRAY['max_attempts', format('%s, over the limit of 2147483647', left(t.max_attempts_text, 32))]
         END AS problem) AS p;
 
     IF v_bad IS NOT NULL THEN
