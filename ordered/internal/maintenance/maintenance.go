@@ -1,7 +1,7 @@
 // Package maintenance owns a worker's maintenance loop: every interval (jittered, the first
 // one interval after start) it checks that the queue's schema is still the worker's, fails the
-// exhausted jobs of crashed workers, archives finished jobs in bounded batches, applies the gap
-// policies of contiguous keys whose gap timed out, and refreshes the gauges. The statements
+// exhausted jobs of crashed workers, applies the gap policies of contiguous keys whose gap
+// timed out, archives finished jobs in bounded batches, and refreshes the gauges. The statements
 // are the owner's, given as funcs; each is short and bounded.
 package maintenance
 
