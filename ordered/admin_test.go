@@ -281,6 +281,45 @@ func TestReplayInFlightKeepsTheHeadFromBeingClaimed(t *testing.T) {
 	require.NoError(t, b.client.Complete(b.ctx, j))
 }
 
+// A batch that crashed leaves its later jobs marked as it left them (an attempt counted,
+// shown running under its expired lease) until each becomes the head. When the batch's first
+// job, recovered alone, then fails for good under the block policy, nothing runs: the later
+// jobs started in the crashed batch, so the replay needs force (not "a later job is running",
+// which would hold the key for ever), and a forced one runs the job first, then the later
+// jobs, each recovered alone in turn.
+func TestReplayOfABlockedJobBelowACrashedBatchNeedsForce(t *testing.T) {
+	t.Parallel()
+	cfg := blockPolicyCfg()
+	cfg.Lease = 2 * time.Second
+	b := setup(t, cfg)
+	ids := b.enqueue(t, "k", 1, 2, 3)
+	batches, err := b.client.ClaimBatch(b.ctx, 1, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2, 3}, seqsOf(batches[0]))
+	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE state = 'running'`)
+	require.NoError(t, err)
+	j := b.claimOne(t, b.client)
+	require.Equal(t, ids[0], j.ID, "the crashed batch's first job is recovered alone")
+	out, err := b.client.Fail(b.ctx, j, errors.New("poison"))
+	require.NoError(t, err)
+	require.Equal(t, ordered.OutcomeBlocked, out)
+	b.claimNone(t, b.client)
+
+	err = b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{})
+	require.ErrorIs(t, err, ordered.ErrReplayOutOfOrder, "jobs 2 and 3 started in the crashed batch")
+	require.NotErrorIs(t, err, ordered.ErrLaterJobRunning)
+	require.Equal(t, "blocked", b.jobStatus(t, ids[0]))
+
+	require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+	for _, id := range ids {
+		j := b.claimOne(t, b.client)
+		require.Equal(t, id, j.ID, "in seq order")
+		b.claimNone(t, b.client)
+		require.NoError(t, b.client.Complete(b.ctx, j))
+	}
+	require.Equal(t, []string{"1:done:1", "2:done:2", "3:done:2"}, b.jobsOf(t, "k"))
+}
+
 func TestReplayWhileLaterJobRunsIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, skipPolicyCfg())
