@@ -301,6 +301,65 @@ func TestContiguousFailurePoliciesAndAdmin(t *testing.T) {
 		require.True(t, g.Waiting)
 		require.Equal(t, &ordered.SeqRange{From: 3, To: 3}, g.Missing)
 	})
+	t.Run("skip of a blocked job below a forced replay", func(t *testing.T) {
+		// A forced replay heads the key below its blocked job; skipping that job then passes
+		// it, so the key goes on past it once the replayed job is done, with no gap there.
+		t.Parallel()
+		b := setup(t, contiguous(policy.GapWait, 0, policy.Block))
+		skipping := b.newClient(t, contiguous(policy.GapWait, 0, policy.Skip))
+		ids := b.enqueue(t, "k", 1, 2)
+		j1 := b.claimOne(t, skipping)
+		out, err := skipping.Fail(b.ctx, j1, errors.New("poison"))
+		require.NoError(t, err)
+		require.Equal(t, ordered.OutcomeSkipped, out)
+		j2 := b.claimOne(t, b.client)
+		require.NoError(t, b.client.Complete(b.ctx, j2))
+		id3 := b.enqueue(t, "k", 3)[0]
+		j3 := b.claimOne(t, b.client)
+		out, err = b.client.Fail(b.ctx, j3, errors.New("poison"))
+		require.NoError(t, err)
+		require.Equal(t, ordered.OutcomeBlocked, out)
+
+		require.NoError(t, b.client.Replay(b.ctx, ids[0], ordered.ReplayParams{Force: true}))
+		released, err := b.client.Skip(b.ctx, id3)
+		require.NoError(t, err)
+		require.True(t, released)
+		j1 = b.claimOne(t, b.client)
+		require.EqualValues(t, 1, j1.Seq)
+		b.claimNone(t, b.client)
+		require.NoError(t, b.client.Complete(b.ctx, j1))
+		b.enqueue(t, "k", 4)
+		j4 := b.claimOne(t, b.client)
+		require.EqualValues(t, 4, j4.Seq, "3 was skipped: no gap holds 4")
+		require.NoError(t, b.client.Complete(b.ctx, j4))
+		gaps, err := b.client.Gaps(b.ctx, ordered.GapsParams{})
+		require.NoError(t, err)
+		require.Empty(t, gaps)
+	})
+	t.Run("replay while the key waits on a gap", func(t *testing.T) {
+		// Job 2 failed under skip and the key waits on the gap 3-4, job 5 queued above it: the
+		// replay needs no force, and the gap's events are still welcome, not late.
+		t.Parallel()
+		b := setup(t, contiguous(policy.GapWait, 0, policy.Skip))
+		ids := b.enqueue(t, "k", 1, 2, 5)
+		j1 := b.claimOne(t, b.client)
+		require.NoError(t, b.client.Complete(b.ctx, j1))
+		j2 := b.claimOne(t, b.client)
+		out, err := b.client.Fail(b.ctx, j2, errors.New("poison"))
+		require.NoError(t, err)
+		require.Equal(t, ordered.OutcomeSkipped, out)
+		b.claimNone(t, b.client)
+		require.Equal(t, &ordered.SeqRange{From: 3, To: 4}, gapOf(t, b, "k").Missing)
+
+		require.NoError(t, b.client.Replay(b.ctx, ids[1], ordered.ReplayParams{}))
+		b.enqueue(t, "k", 3, 4)
+		for _, seq := range []int64{2, 3, 4, 5} {
+			j := b.claimOne(t, b.client)
+			require.Equal(t, seq, j.Seq)
+			b.claimNone(t, b.client)
+			require.NoError(t, b.client.Complete(b.ctx, j))
+		}
+	})
 	t.Run("lease recovery", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, contiguous(policy.GapWait, 0, policy.Block))
@@ -314,6 +373,35 @@ func TestContiguousFailurePoliciesAndAdmin(t *testing.T) {
 		j2 := b.claimOne(t, b.client)
 		require.EqualValues(t, 2, j2.Seq)
 	})
+}
+
+// A seq of a gap that was passed never ran: it stays late once the jobs around it are
+// archived, while a seq that ran and was archived is still a no-op.
+func TestPassedGapStaysLateAfterArchival(t *testing.T) {
+	t.Parallel()
+	b := setup(t, contiguous(policy.GapWait, 0, policy.Block))
+	b.enqueue(t, "k", 1, 3)
+	_, err := b.client.ReleaseGap(b.ctx, "k")
+	require.NoError(t, err)
+	for _, seq := range []int64{1, 3} {
+		j := b.claimOne(t, b.client)
+		require.Equal(t, seq, j.Seq)
+		require.NoError(t, b.client.Complete(b.ctx, j))
+	}
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 2})
+	require.ErrorIs(t, err, ordered.ErrLateEvent)
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 1000})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+
+	_, err = b.client.Enqueue(b.ctx, ordered.Event{Key: "k", Seq: 2})
+	require.ErrorIs(t, err, ordered.ErrLateEvent, "seq 2 was passed, not run")
+	res, err := b.client.EnqueueMany(b.ctx, []ordered.Event{{Key: "k", Seq: 1}, {Key: "k", Seq: 3}})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.True(t, r.Duplicate && r.Archived, "seqs 1 and 3 ran and were archived")
+	}
+	b.claimNone(t, b.client)
 }
 
 // A key keeps the mode it was created with: an enqueue of the other mode is refused and

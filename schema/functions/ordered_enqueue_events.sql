@@ -279,11 +279,18 @@ BEGIN
 
         -- An event at or below its key's archived history and not stored was, as far as can be
         -- told, processed and archived: existing_id 0 marks it, a duplicate with no job. (A repeat
-        -- of it within the call keeps its mark, and is reported as the event it repeats.)
+        -- of it within the call keeps its mark, and is reported as the event it repeats.) A
+        -- contiguous key tells more: a seq of a gap it passed never ran, and stays late below.
         IF v_archived_keys IS NOT NULL THEN
             v_events := ARRAY(
                 SELECT ROW(b.ord, b.key, b.seq, b.kind, b.payload, b.run_at, b.max_attempts,
-                           CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq THEN 0
+                           CASE WHEN b.existing_id IS NULL AND b.seq <= a.archived_seq
+                                     AND (p_first_seq IS NULL OR NOT EXISTS (
+                                         SELECT 1 FROM (SELECT g.to_seq FROM ordered_gaps_passed AS g
+                                                        WHERE g.key = b.key AND g.from_seq <= b.seq
+                                                        ORDER BY g.from_seq DESC LIMIT 1) AS g
+                                         WHERE g.to_seq >= b.seq))
+                                THEN 0
                                 ELSE b.existing_id END)::ordered_enqueue_item
                 FROM unnest(v_events) AS b
                 LEFT JOIN unnest(v_archived_keys, v_archived_seqs) AS a(key, archived_seq) ON a.key = b.key

@@ -47,9 +47,12 @@ BEGIN
         UPDATE ordered_heads AS o SET state = 'queued', attempts = 0, available_at = now()
         WHERE o.key = v_key;
     ELSE
-        -- The highest finished job above it, if any, makes the events below it late.
+        -- The highest finished job above it, if any, makes the events below it late. A key
+        -- without a head has finished every job but, when it is contiguous and waits on a gap,
+        -- the jobs queued above the gap, which have not started.
         v_closed_above := CASE WHEN h.key IS NULL
-                               THEN (SELECT c.seq FROM ordered_jobs AS c WHERE c.key = v_key
+                               THEN (SELECT c.seq FROM ordered_jobs AS c
+                                     WHERE c.key = v_key AND c.status IN ('done', 'failed')
                                      ORDER BY c.seq DESC LIMIT 1)
                                ELSE greatest(h.closed_above, h.closed_to) END;
         PERFORM ordered_heads_refresh(ARRAY[v_key], v_seq, false,

@@ -15,13 +15,15 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- A blocked head goes; a blocked job that is not the head (a forced replay's earlier job
-    -- heads the key) is passed when the key reaches it.
+    -- A contiguous key's next seq moves past the job, as it would past one done: a job that is
+    -- not the head (a forced replay's earlier job heads the key) is then passed when the key
+    -- reaches it, not taken for a missing seq.
+    UPDATE ordered_keys AS k SET next_seq = greatest(k.next_seq, v_seq + 1)
+    WHERE k.key = v_key AND k.next_seq IS NOT NULL;
+    -- A blocked head goes, and the key's next job heads it.
     DELETE FROM ordered_heads AS h WHERE h.key = v_key AND h.job_id = p_id
     RETURNING h.closed_above INTO v_closed_above;
     IF FOUND THEN
-        UPDATE ordered_keys AS k SET next_seq = greatest(k.next_seq, v_seq + 1)
-        WHERE k.key = v_key AND k.next_seq IS NOT NULL;
         PERFORM ordered_heads_refresh(ARRAY[v_key], v_seq + 1, false, v_closed_above);
     END IF;
     PERFORM pg_notify('ordered_jobs', current_schema());
