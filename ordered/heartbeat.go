@@ -100,8 +100,13 @@ func (h *heartbeat) beat() {
 		h.over = true
 		lastErr := h.lastErr
 		h.mu.Unlock()
-		w.log.Warn("ordered: lease running out while renewals fail; cancelling the handler",
-			slogJob(job.ID, job.Key, job.Seq), "error", lastErr)
+		if lastErr != nil {
+			w.log.Warn("ordered: lease running out while renewals fail; cancelling the handler",
+				slogJob(job.ID, job.Key, job.Seq), "error", lastErr)
+		} else {
+			w.log.Warn("ordered: lease running out with no renewal in time (was this process paused?); cancelling the handler",
+				slogJob(job.ID, job.Key, job.Seq))
+		}
 		h.cancel(ErrLeaseLost)
 		return
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -59,6 +60,8 @@ func TestExecGuardNeedsControlPipe(t *testing.T) {
 
 // A fence written on the control pipe ends the command when it passes, the pipe still open
 // (the worker alive but unable to act); of fences written one after another, the last counts.
+// A guard that ended its command at the fence says so on its result pipe, whatever the
+// command's exit status: one that exits 0 on SIGTERM was still stopped short.
 func TestExecGuardEndsTheCommandAtItsFence(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -66,29 +69,39 @@ func TestExecGuardEndsTheCommandAtItsFence(t *testing.T) {
 		fences  []time.Duration // from now, written in this order
 		command string
 		want    int
+		fenced  bool
 	}{
-		{"passes", []time.Duration{300 * time.Millisecond}, "sleep 1000", 128 + 15},
-		{"moved on", []time.Duration{2 * time.Second, time.Hour}, "sleep 3; exit 5", 5},
-		{"moved back", []time.Duration{time.Hour, 300 * time.Millisecond}, "sleep 1000", 128 + 15},
+		{"passes", []time.Duration{300 * time.Millisecond}, "sleep 1000", 128 + 15, true},
+		{"moved on", []time.Duration{2 * time.Second, time.Hour}, "sleep 3; exit 5", 5, false},
+		{"moved back", []time.Duration{time.Hour, 300 * time.Millisecond}, "sleep 1000", 128 + 15, true},
+		{"exits 0 on SIGTERM", []time.Duration{300 * time.Millisecond}, "trap 'exit 0' TERM; sleep 1000 & wait", 0, true},
+		{"done before it", []time.Duration{time.Hour}, "exit 0", 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			control, keep, err := os.Pipe()
 			require.NoError(t, err)
 			defer keep.Close()
+			result, written, err := os.Pipe()
+			require.NoError(t, err)
+			defer result.Close()
 			cmd := exec.Command(cliBin, execguard.Name, "--grace", "1s", "--", c.command)
-			cmd.ExtraFiles = []*os.File{control}
+			cmd.ExtraFiles = []*os.File{control, written}
 			start := time.Now()
 			require.NoError(t, cmd.Start())
 			control.Close()
+			written.Close()
 			for _, f := range c.fences {
 				require.NoError(t, execguard.WriteFence(keep, start.Add(f)))
 			}
 			err = cmd.Wait()
 			require.Equal(t, c.want, cmd.ProcessState.ExitCode(), "%v", err)
-			if c.want != 5 {
+			if c.fenced {
 				require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "not before the fence")
 			}
+			mark, err := io.ReadAll(result)
+			require.NoError(t, err)
+			require.Equal(t, c.fenced, len(mark) > 0, "the guard reports that it ended the command at the fence")
 		})
 	}
 }

@@ -46,6 +46,13 @@ func startCLIWorker(t *testing.T, q *orderedtest.Queue, args ...string) *cliProc
 // startCLIWorkerEnv is startCLIWorker with env added to the worker's environment.
 func startCLIWorkerEnv(t *testing.T, q *orderedtest.Queue, env []string, args ...string) *cliProc {
 	t.Helper()
+	return startCLIWorkerVia(t, q, nil, env, args...)
+}
+
+// startCLIWorkerVia is startCLIWorkerEnv through launcher, a command line that ends by
+// running the rest of its arguments (the worker's) in its own process, as exec does.
+func startCLIWorkerVia(t *testing.T, q *orderedtest.Queue, launcher, env []string, args ...string) *cliProc {
+	t.Helper()
 	dir := t.TempDir()
 	stdout, err := os.Create(filepath.Join(dir, "worker.stdout"))
 	require.NoError(t, err)
@@ -54,8 +61,9 @@ func startCLIWorkerEnv(t *testing.T, q *orderedtest.Queue, env []string, args ..
 	require.NoError(t, err)
 	defer stderr.Close()
 
-	full := append([]string{"work", "--database-url", q.URL, "--poll", "50ms"}, args...)
-	cmd := exec.Command(cliBin, full...)
+	full := append([]string{cliBin, "work", "--database-url", q.URL, "--poll", "50ms"}, args...)
+	full = append(launcher[:len(launcher):len(launcher)], full...)
+	cmd := exec.Command(full[0], full[1:]...)
 	cmd.Env = append(append(os.Environ(), env...), "ORDERED_TEST_DIR="+dir)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	require.NoError(t, cmd.Start())
@@ -594,6 +602,51 @@ func TestWorkStoppedWorkersCommandEndsBeforeItsLease(t *testing.T) {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/stat")
 	require.NoError(t, err)
 	require.Equal(t, "T", strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))[0], "the worker is still stopped")
+}
+
+// The worker ends the processes its guards leave, not those it had as children before it
+// started: a script that starts a process of its own and then runs exec ordered work keeps it.
+func TestWorkLeavesTheChildrenItStartedWithAlone(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n"+`{"key":"k","seq":2}`+"\n")
+	w := startCLIWorkerVia(t, q, []string{"/bin/sh", "-c",
+		`sleep 1000 & echo $! > "$ORDERED_TEST_DIR/sidecar"; exec "$@"`, "launcher"}, nil,
+		"--exec", `sleep 1000 & echo $! > "$ORDERED_TEST_DIR/left"`)
+	sidecar := w.waitPID(t, "sidecar")
+	t.Cleanup(func() { _ = syscall.Kill(sidecar, syscall.SIGKILL) })
+	require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "k/1 done attempts=1", "k/2 done attempts=1") },
+		time.Minute, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	require.True(t, processGone(w.waitPID(t, "left")), "what a command left is ended")
+	require.False(t, processGone(sidecar), "the worker's own earlier child is left alone")
+}
+
+// A command that the guard ended at the fence was stopped short, even when it exits 0 on
+// SIGTERM: once its stopped worker goes on, with the claim still its own, the job is retried,
+// never completed by that attempt. (Whether the guard's answer or the worker's own fence
+// reaches the handler first is a race; TestExecGuardEndsTheCommandAtItsFence checks the
+// guard's answer alone.)
+func TestWorkCommandEndedAtItsFenceIsRetriedNotDone(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
+	w := startCLIWorker(t, q, "--lease", "12s", "--kill-grace", "2s", "--exec",
+		`[ "$ORDERED_ATTEMPT" = 1 ] || exit 0; trap 'exit 0' TERM; sleep 1000 & echo $! > "$ORDERED_TEST_DIR/child"; wait`)
+	child := w.waitPID(t, "child")
+	w.signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
+	require.Eventually(t, func() bool { return processGone(child) && len(processesOf(w)) == 0 },
+		30*time.Second, 10*time.Millisecond, "the command outlived its stopped worker's fence: %v", processesOf(w))
+	var leased bool
+	require.NoError(t, q.Pool.QueryRow(context.Background(),
+		"SELECT status = 'running' AND lease_until > now() FROM ordered_jobs_now WHERE id = 1").Scan(&leased))
+	require.True(t, leased, "the worker goes on while its claim still holds")
+
+	w.signal(t, syscall.SIGCONT)
+	require.Eventually(t, func() bool { return !jobStatesAre(q.Pool, "k/1 running attempts=1") },
+		time.Minute, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
+	require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "k/1 done attempts=2") },
+		time.Minute, 20*time.Millisecond, "the first attempt, ended at its fence, must not complete the job; worker stderr:\n%s", w.stderr())
 }
 
 // A command that runs past its job's first fence, its worker renewing the lease, runs to its

@@ -20,8 +20,19 @@ import (
 const Name = "__exec-guard"
 
 // controlFD is the guard's end of its control pipe, whose other end only the caller of Run
-// holds.
-const controlFD = 3
+// holds. resultFD, if open, is the write end of its result pipe: a guard that ended its command
+// at the fence writes fencedMark there before it exits, as the command's exit status cannot
+// tell it (a command may exit 0 on SIGTERM).
+const (
+	controlFD  = 3
+	resultFD   = 4
+	fencedMark = 'F'
+)
+
+// ErrFenced is returned by Run when the guard ended the command because the job's fence
+// passed: no lease renewal moved it on in time, so the command was stopped short, whatever
+// its exit status.
+var ErrFenced = errors.New("the guard ended the command at the job's fence (no lease renewal reached it in time)")
 
 // selfExe is this very binary, even once an upgrade replaced or removed its file.
 const selfExe = "/proc/self/exe"
@@ -44,29 +55,44 @@ type Command struct {
 }
 
 // Run runs c under a guard process and returns once the guard has exited and no process of c
-// is left, also when the guard was killed outright (see startGuard): nil when the command exited 0, an *exec.ExitError with the command's exit
-// status (128+N if a signal N ended it) otherwise. When ctx is done first, the guard
-// terminates the command's tree and Run returns context.Cause(ctx) once it is gone.
+// is left, also when the guard was killed outright (see startGuard): nil when the command
+// exited 0, an *exec.ExitError with the command's exit status (128+N if a signal N ended it)
+// otherwise, and ErrFenced when the guard ended it at the fence. When ctx is done first, the
+// guard terminates the command's tree and Run returns context.Cause(ctx) once it is gone.
 func Run(ctx context.Context, c Command) error {
 	control, keep, err := os.Pipe() // both close-on-exec: no other child inherits them
 	if err != nil {
 		return fmt.Errorf("control pipe: %w", err)
 	}
 	defer keep.Close()
+	result, written, err := os.Pipe()
+	if err != nil {
+		control.Close()
+		return fmt.Errorf("result pipe: %w", err)
+	}
+	defer result.Close()
 	cmd := exec.Command(selfExe, Name, "--grace", c.Grace.String(), "--", c.Shell)
 	cmd.Args[0] = os.Args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
 	cmd.Env = c.Env
-	cmd.ExtraFiles = []*os.File{control} // the guard's controlFD
+	cmd.ExtraFiles = []*os.File{control, written} // the guard's controlFD and resultFD
 	// A group of its own, so that a ^C meant for the caller (which drains) does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = startGuard(cmd)
 	control.Close()
+	written.Close()
 	if err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
 	waited := make(chan error, 1)
-	go func() { waited <- waitGuard(cmd, c.Grace) }()
+	go func() {
+		err := waitGuard(cmd, c.Grace)
+		// The guard has exited: its end of the result pipe is closed, so this read ends.
+		if mark, _ := io.ReadAll(result); len(mark) > 0 && mark[0] == fencedMark {
+			err = ErrFenced
+		}
+		waited <- err
+	}()
 	var sent time.Time
 	poll := time.NewTimer(time.Duration(1<<63 - 1))
 	defer poll.Stop()
@@ -163,6 +189,11 @@ func Supervise(ctx context.Context, command string, grace time.Duration) (int, e
 	}
 	syscall.CloseOnExec(controlFD)
 	control := os.NewFile(controlFD, "control")
+	var result *os.File // none when a test runs the guard with its control pipe alone
+	if err := syscall.Fstat(resultFD, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFIFO {
+		syscall.CloseOnExec(resultFD)
+		result = os.NewFile(resultFD, "result")
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("become a child subreaper: %w", err)
 	}
@@ -187,6 +218,7 @@ func Supervise(ctx context.Context, command string, grace time.Duration) (int, e
 
 	fence := time.NewTimer(time.Duration(1<<63 - 1))
 	defer fence.Stop()
+	fenced := false
 wait:
 	for {
 		select {
@@ -203,6 +235,11 @@ wait:
 				continue
 			default:
 			}
+			select {
+			case <-t.exited: // the command ended on its own as the fence passed
+			default:
+				fenced = true
+			}
 			break wait
 		case at := <-fences:
 			fence.Reset(time.Duration(at - monotonicNow()))
@@ -214,6 +251,9 @@ wait:
 		t.terminate(grace)
 	}
 	<-t.exited
+	if fenced && result != nil {
+		_, _ = result.Write([]byte{fencedMark})
+	}
 	switch ws := t.status; {
 	case ws.Exited():
 		return ws.ExitStatus(), nil

@@ -16,7 +16,8 @@ import (
 // that calls Run is therefore a child subreaper too: the orphans of a dead guard come to it,
 // and Run ends them before it returns, so that a job is never given back while a process of
 // its command runs. Every child of that process that is not a guard Run started is such an
-// orphan: a process that calls Run starts no other child.
+// orphan (a process that calls Run starts no other child), but for those it already had when
+// it first called Run: children a script started before it ran exec ordered work.
 
 var (
 	adopting   sync.Once
@@ -26,6 +27,9 @@ var (
 	// should a pid be reused the moment it is freed).
 	guardsMu sync.Mutex
 	guards   = map[int]int{}
+	// inherited are the children this process had before its first guard, by pid, with
+	// their start times: they are not orphans of guards, and are left alone.
+	inherited = map[int]int{}
 
 	// sweeping lets one sweep at a time signal and reap the orphans.
 	sweeping sync.Mutex
@@ -35,6 +39,13 @@ var (
 // guards before any sweep can look.
 func startGuard(cmd *exec.Cmd) error {
 	adopting.Do(func() {
+		guardsMu.Lock()
+		for _, pid := range children()(os.Getpid()) {
+			if start, ok := startTimeOf(pid); ok {
+				inherited[pid] = start
+			}
+		}
+		guardsMu.Unlock()
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			errAdopted = fmt.Errorf("become a child subreaper: %w", err)
 		}
@@ -101,12 +112,7 @@ func sweepOrphans(grace time.Duration) {
 // orphans reaps the children of this process that are not guards and have exited, and lists
 // those that still run.
 func orphans() []int {
-	self := os.Getpid()
-	children := childrenFromTasks
-	if _, err := os.Stat("/proc/thread-self/children"); errors.Is(err, os.ErrNotExist) {
-		children = childrenFromStat()
-	}
-	kids := children(self)
+	kids := children()(os.Getpid())
 	guardsMu.Lock()
 	defer guardsMu.Unlock()
 	var out []int
@@ -114,11 +120,21 @@ func orphans() []int {
 		if guards[pid] > 0 {
 			continue
 		}
+		start, had := inherited[pid]
+		if had {
+			if now, ok := startTimeOf(pid); !ok || now != start {
+				delete(inherited, pid) // gone, and the pid reused
+				had = false
+			}
+		}
 		var ws syscall.WaitStatus
 		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid || errors.Is(err, syscall.ECHILD) {
+			delete(inherited, pid)
 			continue // reaped now, or already
 		}
-		out = append(out, pid)
+		if !had {
+			out = append(out, pid)
+		}
 	}
 	return out
 }

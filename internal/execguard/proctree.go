@@ -12,17 +12,22 @@ import (
 // where the kernel has them (CONFIG_PROC_CHILDREN), else the parent of every process. A
 // process that forks meanwhile may be missed; callers that must catch all repeat the call.
 func descendants(pid int) []int {
-	children := childrenFromTasks
-	if _, err := os.Stat("/proc/thread-self/children"); errors.Is(err, os.ErrNotExist) {
-		children = childrenFromStat()
-	}
+	childrenOf := children()
 	var out []int
 	for queue := []int{pid}; len(queue) > 0; queue = queue[1:] {
-		kids := children(queue[0])
+		kids := childrenOf(queue[0])
 		out = append(out, kids...)
 		queue = append(queue, kids...)
 	}
 	return out
+}
+
+// children is how this system lists a process's children (see descendants).
+func children() func(int) []int {
+	if _, err := os.Stat("/proc/thread-self/children"); errors.Is(err, os.ErrNotExist) {
+		return childrenFromStat()
+	}
+	return childrenFromTasks
 }
 
 // childrenFromTasks reads the children of every thread of pid (a child belongs to the thread
@@ -64,9 +69,20 @@ func childrenFromStat() func(int) []int {
 	return func(pid int) []int { return byParent[pid] }
 }
 
-// parentOf reads the parent pid of pid from /proc/<pid>/stat: "pid (comm) state ppid ...",
-// where comm may hold spaces and parentheses.
+// parentOf reads the parent pid of pid from /proc/<pid>/stat.
 func parentOf(pid int) (int, bool) {
+	return statField(pid, 1)
+}
+
+// startTimeOf reads when pid started, in clock ticks since boot, from /proc/<pid>/stat: with
+// the pid, it names one process, should the pid be reused.
+func startTimeOf(pid int) (int, bool) {
+	return statField(pid, 19)
+}
+
+// statField reads the n-th field after the command name of /proc/<pid>/stat: "pid (comm)
+// state ppid ...", where comm may hold spaces and parentheses; field 0 is the state.
+func statField(pid, n int) (int, bool) {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, false
@@ -76,9 +92,9 @@ func parentOf(pid int) (int, bool) {
 		return 0, false
 	}
 	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 2 {
+	if len(fields) <= n {
 		return 0, false
 	}
-	ppid, err := strconv.Atoi(fields[1])
-	return ppid, err == nil
+	v, err := strconv.Atoi(fields[n])
+	return v, err == nil
 }

@@ -33,8 +33,9 @@ its key; any other exit retries it with backoff. The lease is renewed while COMM
 COMMAND and every process it starts (in its process group or not, in the background or not)
 never outlive its claim: when the claim is lost or its renewals fail, when the worker stops at
 once, when the worker dies (even by SIGKILL), and when the guard process that runs COMMAND is
-killed, they get SIGTERM, then SIGKILL after --kill-grace. When COMMAND exits, what it left
-running is ended the same way before the job counts as done.
+killed, they get SIGTERM, then SIGKILL after --kill-grace (the shell of a killed guard gets
+SIGKILL at once). A COMMAND ended so never completes its job, whatever its exit status. When
+COMMAND exits, what it left running is ended the same way before the job counts as done.
 
 With --batch N, COMMAND runs once per batch: up to N consecutive ready jobs of one key, in
 seq order, under one claim. Its standard input is the batch as JSON Lines, one job a line:
@@ -47,7 +48,8 @@ completed, the exit status applies to the next job (65 fails it for good, any ot
 it), and the jobs after it go back to the queue unrun, their attempts not counted.
 
 SIGINT or SIGTERM drains: no new jobs, running ones finish. A second signal stops at once
-(running jobs go back to the queue, their attempts not counted).`
+(running jobs go back to the queue, their attempts not counted). Under systemd, set
+KillMode=mixed, so that a stop signals the worker alone and its commands finish.`
 
 // workFlags are the flags of work.
 type workFlags struct {
