@@ -326,6 +326,9 @@ func TestWorkSIGKILLedGuardLeavesNoOrphan(t *testing.T) {
 	r.waitTree(t, w, "1-2")
 	require.Empty(t, running(first), "the retry started while the killed attempt's processes ran")
 	requireTrapRan(t, r, "1-1")
+	var lastError string
+	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT last_error FROM ordered_jobs_now WHERE id = 1").Scan(&lastError))
+	require.Equal(t, "the command's guard process was killed (signal: killed); what the command started was ended", lastError)
 }
 
 // When the worker and its guard are both killed outright, the command, the guard's child, gets

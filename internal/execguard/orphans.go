@@ -85,8 +85,8 @@ func sweepOrphans(grace time.Duration) {
 	termed := map[int]bool{}
 	var killAt time.Time
 	for {
-		left := orphans()
-		if len(left) == 0 {
+		left, reaped := orphans()
+		if len(left) == 0 && !reaped {
 			return
 		}
 		if killAt.IsZero() {
@@ -110,12 +110,12 @@ func sweepOrphans(grace time.Duration) {
 }
 
 // orphans reaps the children of this process that are not guards and have exited, and lists
-// those that still run.
-func orphans() []int {
+// those that still run. reaped says whether it reaped one: what that one started came to
+// this process when it exited, after the list was read, so the caller looks again.
+func orphans() (running []int, reaped bool) {
 	kids := children()(os.Getpid())
 	guardsMu.Lock()
 	defer guardsMu.Unlock()
-	var out []int
 	for _, pid := range kids {
 		if guards[pid] > 0 {
 			continue
@@ -128,13 +128,15 @@ func orphans() []int {
 			}
 		}
 		var ws syscall.WaitStatus
-		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid || errors.Is(err, syscall.ECHILD) {
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		if got == pid || errors.Is(err, syscall.ECHILD) {
 			delete(inherited, pid)
+			reaped = reaped || (got == pid && !had)
 			continue // reaped now, or already
 		}
 		if !had {
-			out = append(out, pid)
+			running = append(running, pid)
 		}
 	}
-	return out
+	return running, reaped
 }

@@ -62,9 +62,20 @@ func execHandler(c execConfig, a *app) ordered.HandlerFunc {
 		case errors.As(err, &exit) && exit.ExitCode() >= 0:
 			return exitError(exit.ExitCode())
 		default:
-			return fmt.Errorf("command: %w", err)
+			return commandError(err)
 		}
 	}
+}
+
+// commandError is the retryable error of a command that ended without an exit status of its
+// own: its guard was killed (the worker then ended what the command had started), or it was
+// ended at its fence (execguard.ErrFenced).
+func commandError(err error) error {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() < 0 {
+		return fmt.Errorf("the command's guard process was killed (%v); what the command started was ended", exit)
+	}
+	return fmt.Errorf("command: %w", err)
 }
 
 // exitError is the retryable error of a command that exited with status code. A status above

@@ -87,7 +87,7 @@ func execBatchHandler(c execConfig, a *app) ordered.BatchHandlerFunc {
 		case errors.As(err, &exit) && exit.ExitCode() >= 0:
 			return done, exitError(exit.ExitCode())
 		default:
-			return done, fmt.Errorf("command: %w", err)
+			return done, commandError(err)
 		}
 	}
 }
