@@ -103,6 +103,7 @@ func TestSkipReleasesABlockedKey(t *testing.T) {
 	require.EqualValues(t, 2, j2.Seq)
 	_, err = b.client.Skip(b.ctx, j2.ID) // running
 	require.ErrorIs(t, err, ordered.ErrNotFailed)
+	require.EqualError(t, err, fmt.Sprintf("ordered: job %d is running, not failed", j2.ID), "its status as shown")
 	require.Equal(t, "running", b.jobStatus(t, j2.ID))
 
 	failed, err := b.client.FailedJobs(b.ctx, ordered.FailedJobsParams{Key: "k"})

@@ -114,7 +114,8 @@ type KeyTimeline struct {
 	FirstSeen           time.Time
 	Jobs                []JobRecord
 	// Gaps are the seqs missing between the page's jobs (and, on the first page, between the
-	// archived history and the first job): never enqueued, as far as the queue knows.
+	// archived history, or a contiguous key's next seq, and the first job): never enqueued,
+	// as far as the queue knows.
 	Gaps []SeqGap
 	// Passed are the ranges a contiguous key passed as gaps (see Client.ReleaseGap), latest
 	// first, as many as the page's Limit.
@@ -149,8 +150,14 @@ func (c *Client) KeyTimeline(ctx context.Context, key string, p KeyTimelineParam
 		rows = rows[:limit]
 	}
 	prev, check := p.FromSeq-1, p.FromSeq > 0
-	if !check && t.ArchivedSeq >= 0 {
+	switch {
+	case check:
+	case t.ArchivedSeq >= 0:
 		prev, check = t.ArchivedSeq, true
+	case k.NextSeq != nil && len(rows) > 0:
+		// A contiguous key that archived nothing: its first missing seqs are those from its
+		// next seq up to its first job (below the next seq every job is stored).
+		prev, check = min(*k.NextSeq, rows[0].Seq)-1, true
 	}
 	for _, r := range rows {
 		if check && r.Seq > prev+1 {

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -242,4 +246,36 @@ func TestBrowserShowsAScriptKeyAsText(t *testing.T) {
 		require.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('main script, main img').length`), p)
 	}
 	check()
+}
+
+// While the live part cannot be fetched (here the server answers 503, as it does when the
+// database does not answer), the page says since when and why, and recovers by itself.
+func TestBrowserSaysWhenTheLivePartIsNotRefreshed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, policy.Block, nil, orderedui.Auth{})
+	ui, err := orderedui.New(b.client, &orderedui.Config{RefreshInterval: 200 * time.Millisecond,
+		StatsMaxAge: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(ui.Close)
+	var down atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() && r.URL.Query().Get("fragment") == "1" {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		ui.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx := tab(t)
+	do(t, ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#counts")))
+	waitFor(t, ctx, `document.querySelector('[data-live]').dataset.refreshed >= 1`)
+	require.True(t, eval[bool](t, ctx, `document.querySelector('.stale-note').hidden`))
+	down.Store(true)
+	waitFor(t, ctx, `!document.querySelector('.stale-note').hidden`)
+	note := text(t, ctx, ".stale-note")
+	require.Regexp(t, `^Not refreshed since .+: the dashboard answered HTTP 503\. What is shown below may be out of date\.$`, note)
+	require.True(t, eval[bool](t, ctx, `document.querySelector('[data-live]').classList.contains('stale')`))
+	down.Store(false)
+	waitFor(t, ctx, `document.querySelector('.stale-note').hidden && !document.querySelector('[data-live]').classList.contains('stale')`)
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/orderedq/ordered/ordered"
 )
@@ -31,6 +34,8 @@ const (
 	PageSizeDefault = 50
 	// ActionIDsMax bounds the jobs one action request names.
 	ActionIDsMax = 1000
+	// RequestTimeoutDefault bounds one request's database work.
+	RequestTimeoutDefault = 15 * time.Second
 )
 
 // Config configures the dashboard; the zero value is valid.
@@ -54,7 +59,12 @@ type Config struct {
 	StatsMaxAge time.Duration
 	// PageSize is how many rows a list page shows; default PageSizeDefault.
 	PageSize int
-	// Logger receives a line for every action; nil: slog.Default().
+	// RequestTimeout bounds the database work of one request, so that a page the database
+	// does not answer in time fails with 503 instead of holding one of the pool's
+	// connections; default RequestTimeoutDefault.
+	RequestTimeout time.Duration
+	// Logger receives a line for every action and every page that failed (5xx); nil:
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -68,6 +78,7 @@ func (c *Config) withDefaults() *Config {
 	out.SampleInterval = cmp.Or(out.SampleInterval, SampleIntervalDefault)
 	out.StatsMaxAge = cmp.Or(out.StatsMaxAge, StatsMaxAgeDefault)
 	out.PageSize = cmp.Or(out.PageSize, PageSizeDefault)
+	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
@@ -78,7 +89,7 @@ func (c *Config) validate() error {
 	switch {
 	case c.Prefix != "" && !strings.HasPrefix(c.Prefix, "/"):
 		return fmt.Errorf("orderedui: Config.Prefix %q must start with /", c.Prefix)
-	case c.RefreshInterval < 0 || c.SampleInterval < 0 || c.StatsMaxAge < 0:
+	case c.RefreshInterval < 0 || c.SampleInterval < 0 || c.StatsMaxAge < 0 || c.RequestTimeout < 0:
 		return fmt.Errorf("orderedui: Config intervals must not be negative")
 	case c.PageSize < 1 || c.PageSize > ordered.InspectLimitMax:
 		return fmt.Errorf("orderedui: Config.PageSize %d must be 1 to %d", c.PageSize, ordered.InspectLimitMax)
@@ -140,13 +151,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "same-origin")
-	h.mux.ServeHTTP(w, r)
+	// Keys, filters and cursors go to the database as text, which holds no NUL and is UTF-8.
+	for name, values := range r.URL.Query() {
+		for _, v := range values {
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				h.fail(w, r, http.StatusBadRequest, fmt.Errorf("the query parameter %q is not valid text (UTF-8 without NUL)", name))
+				return
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+	defer cancel()
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func (h *Handler) routes() {
 	h.mux = http.NewServeMux()
 	static, _ := fs.Sub(assets, "static")
-	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/static/", http.FileServerFS(static))
+	h.mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // a directory: no listing
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /blocked", h.blocked)
 	h.mux.HandleFunc("GET /failed", h.failed)
@@ -269,14 +298,47 @@ func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, n
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(showHidden(buf.Bytes()))
+}
+
+// showHidden writes each control, format or line-separator character of a rendered page
+// (but tab and newline) as its escape, \u202e, as the CLI does: keys, kinds and errors come
+// from producers and handlers, and a right-to-left override or a zero-width space in one
+// would make it read as something else. The templates themselves hold none.
+func showHidden(page []byte) []byte {
+	if bytes.IndexFunc(page, hidden) < 0 {
+		return page
+	}
+	var b bytes.Buffer
+	for len(page) > 0 {
+		r, n := utf8.DecodeRune(page)
+		if hidden(r) {
+			fmt.Fprintf(&b, `\u%04x`, r)
+		} else {
+			b.Write(page[:n])
+		}
+		page = page[n:]
+	}
+	return b.Bytes()
+}
+
+func hidden(r rune) bool {
+	return r != '\n' && r != '\t' && unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 // livePages are the pages whose "live" part is fetched again every RefreshInterval.
 var livePages = map[string]bool{"overview": true, "blocked": true, "key": true}
 
-// fail shows an error page with status code.
+// fail shows an error page with status code, and logs a failure of the dashboard's own (5xx).
+// A page that the database did not answer within Config.RequestTimeout is 503.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+		code = http.StatusServiceUnavailable
+		err = fmt.Errorf("the database did not answer within %v: %w", h.cfg.RequestTimeout, err)
+	}
+	if code >= 500 {
+		h.cfg.Logger.Error("orderedui: page failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+	}
 	h.renderCode(w, r, code, "error", http.StatusText(code), err.Error())
 }
 

@@ -68,11 +68,15 @@ func RequireAuth(h http.Handler, a Auth) http.Handler {
 				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			q := r.URL.Query()
 			q.Del("token")
-			u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+			// One leading slash: "//host/x" would send the browser to another site.
+			u := url.URL{Path: "/" + strings.TrimLeft(r.URL.Path, "/\\"), RawQuery: q.Encode()}
 			http.Redirect(w, r, u.String(), http.StatusSeeOther)
 			return
 		}
-		given := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		given := ""
+		if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			given = token
+		}
 		if c, err := r.Cookie(tokenCookie); given == "" && err == nil {
 			given = c.Value
 		}
@@ -166,9 +170,16 @@ func CheckAddr(addr string, a Auth) error {
 	if addr == "" {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("orderedui: address %q: %w", addr, err)
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			err = errors.New(ae.Err)
+		}
+		return fmt.Errorf("orderedui: address %q is not HOST:PORT: %w", addr, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("orderedui: address %q: port %q is not a port number", addr, port)
 	}
 	if !isLoopback(host) && !a.Enabled() {
 		return fmt.Errorf("%w (address %s)", ErrAuthRequired, addr)

@@ -10,6 +10,7 @@ import (
 
 var funcs = template.FuncMap{
 	"dur": fmtDur,
+	"abs": func(d time.Duration) time.Duration { return d.Abs() },
 	"ago": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"

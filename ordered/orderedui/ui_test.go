@@ -195,17 +195,31 @@ func TestAuthIsRequiredWhenSet(t *testing.T) {
 	code, _ = b.get(t, "/blocked") // the cookie now carries it
 	require.Equal(t, http.StatusOK, code)
 
-	req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
-	resp, err = http.DefaultClient.Do(req)
+	// The redirect stays on this site, whatever the path looks like.
+	resp, err = b.http.Get(b.srv.URL + "//evil.example/x?token=s3cret")
 	require.NoError(t, err)
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/evil.example/x", resp.Header.Get("Location"))
+
+	for header, want := range map[string]int{
+		"Bearer s3cret": http.StatusOK,
+		"bearer s3cret": http.StatusOK, // the scheme's case does not matter
+		"s3cret":        http.StatusUnauthorized,
+		"Basic s3cret":  http.StatusUnauthorized,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, b.srv.URL+"/", nil)
+		req.Header.Set("Authorization", header)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, header)
+	}
 
 	basic := setup(t, policy.Block, nil, orderedui.Auth{User: "ops", Password: "pw"})
 	code, _ = basic.get(t, "/")
 	require.Equal(t, http.StatusUnauthorized, code)
-	req, _ = http.NewRequest(http.MethodGet, basic.srv.URL+"/", nil)
+	req, _ := http.NewRequest(http.MethodGet, basic.srv.URL+"/", nil)
 	req.SetBasicAuth("ops", "pw")
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -223,6 +237,54 @@ func TestServeRefusesAPublicAddressWithoutCredentials(t *testing.T) {
 	require.NoError(t, orderedui.CheckAddr("[::1]:0", orderedui.Auth{}))
 	require.NoError(t, orderedui.CheckAddr("localhost:0", orderedui.Auth{}))
 	require.NoError(t, orderedui.CheckAddr("0.0.0.0:0", orderedui.Auth{Token: "t"}))
+	require.EqualError(t, orderedui.CheckAddr("127.0.0.1", orderedui.Auth{}),
+		`orderedui: address "127.0.0.1" is not HOST:PORT: missing port in address`)
+	require.EqualError(t, orderedui.CheckAddr("localhost:8080x", orderedui.Auth{}),
+		`orderedui: address "localhost:8080x": port "8080x" is not a port number`)
+}
+
+// Text the database cannot hold in a query parameter is the request's fault (400, naming the
+// parameter), not the dashboard's; a directory of the static files lists nothing.
+func TestBadQueryTextIsABadRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, policy.Block, nil, orderedui.Auth{})
+	for path, param := range map[string]string{
+		"/keys?key=%00":                      "key",
+		"/failed?prefix=%00":                 "prefix",
+		"/failed?kind=%FF":                   "kind",
+		"/blocked?after_key=%00&after_seq=1": "after_key",
+		"/failed?after_key=%FF&after_seq=1":  "after_key",
+		"/failed?error=caf%C3%A9%00":         "error",
+	} {
+		code, body := b.get(t, path)
+		require.Equal(t, http.StatusBadRequest, code, path)
+		require.Contains(t, body, fmt.Sprintf("the query parameter &#34;%s&#34; is not valid text", param), path)
+	}
+	code, _ := b.get(t, "/static/")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = b.get(t, "/static/app.js")
+	require.Equal(t, http.StatusOK, code)
+}
+
+// A page that the database does not answer within RequestTimeout fails with 503 and says so,
+// instead of holding the request and a connection; the dashboard logs it.
+func TestPageTheDatabaseDoesNotAnswerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, policy.Block, &orderedui.Config{RequestTimeout: 300 * time.Millisecond}, orderedui.Auth{})
+	ids := enqueue(t, b.client, "k", 1)
+	ctx := ctxOf(t)
+	tx, err := b.q.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "LOCK TABLE ordered_heads IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	code, body := b.get(t, fmt.Sprintf("/jobs/%d", ids[0]))
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "the database did not answer within 300ms")
+	require.NoError(t, tx.Rollback(ctx))
+	code, _ = b.get(t, fmt.Sprintf("/jobs/%d", ids[0]))
+	require.Equal(t, http.StatusOK, code)
 }
 
 func TestServeServesUntilItsContextEnds(t *testing.T) {
@@ -365,14 +427,56 @@ func TestKeyTimelineShowsGapsInOrder(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Regexp(t, `passed as a gap: seq 1 to 2, .* \(released\)`, body)
 
-	// One that waits on a gap is counted on the overview.
-	_, err = b.q.Pool.Exec(ctxOf(t), `SELECT * FROM ordered_enqueue('[{"key":"w","seq":2}]', p_first_seq => 1)`)
+	// One that waits on a gap shows the gap before its first job, says it waits, and is
+	// counted on the overview.
+	_, err = b.q.Pool.Exec(ctxOf(t), `SELECT * FROM ordered_enqueue('[{"key":"w","seq":3}]', p_first_seq => 1)`)
 	require.NoError(t, err)
+	tl, err = b.client.KeyTimeline(ctxOf(t), "w", ordered.KeyTimelineParams{})
+	require.NoError(t, err)
+	require.Equal(t, []ordered.SeqGap{{From: 1, To: 2}}, tl.Gaps)
+	code, body = b.get(t, "/keys?key=w")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "no job with seq 1 to 2")
+	require.Regexp(t, `id="waiting"[^>]*>Waiting on a gap: seq 1 to 2 is missing, since .*the gap policy waits for ever`, body)
 	require.Eventually(t, func() bool {
 		code, body = b.get(t, "/")
 		return code == http.StatusOK && strings.Contains(body, `id="count-gap-keys">1<`)
 	}, time.Minute, 50*time.Millisecond, "the overview never counted the key waiting on a gap")
 	require.Contains(t, body, "keys waiting on a gap (oldest ")
+}
+
+// Text from producers and handlers cannot pose as other text: control, format and separator
+// characters (a right-to-left override, a zero-width space, an escape sequence) are shown as
+// their escapes. An expired lease reads as how long ago it expired.
+func TestPagesShowHiddenCharactersAndExpiredLeasesPlainly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, policy.Block, nil, orderedui.Auth{})
+	key := "rlo\u202egnp.exe\u200b"
+	ids := enqueue(t, b.client, key, 1, 2)
+	settle(t, b.client, failing(key, 1, "boom\u2028next line \x1b[31mred"))
+	for _, path := range []string{"/failed", "/blocked", "/keys?key=" + url.QueryEscape(key), fmt.Sprintf("/jobs/%d", ids[0])} {
+		code, body := b.get(t, path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, "\u202e", path)
+		require.NotContains(t, body, "\u200b", path)
+		require.NotContains(t, body, "\u2028", path)
+		require.NotContains(t, body, "\x1b", path)
+		require.Contains(t, body, `rlo\u202egnp.exe\u200b`, path)
+	}
+	_, body := b.get(t, fmt.Sprintf("/jobs/%d", ids[0]))
+	require.Contains(t, body, `boom\u2028next line \u001b[31mred`)
+
+	enqueue(t, b.client, "lease", 1)
+	jobs, err := b.client.Claim(ctxOf(t), 1)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	_, err = b.q.Pool.Exec(ctxOf(t), `UPDATE ordered_heads SET lease_until = now() - interval '1 minute' WHERE key = 'lease'`)
+	require.NoError(t, err)
+	for _, path := range []string{"/", "/keys?key=lease"} {
+		_, body = b.get(t, path)
+		require.Regexp(t, `expired 1m\d+s ago`, body, path)
+		require.NotContains(t, body, "expired -", path)
+	}
 }
 
 // The overview names the worker that holds each running job, and lists the workers holding

@@ -83,11 +83,14 @@ type KeyRow struct {
 	SeqMax      int64
 	ArchivedSeq int64
 	CreatedAt   time.Time
+	// NextSeq is a contiguous key's next seq (ordered_key_next_seq); nil for a key of the
+	// default mode.
+	NextSeq *int64
 }
 
 // KeyGet returns key's row; found is false when the key was never enqueued.
 func KeyGet(ctx context.Context, db DBTX, key string) (k KeyRow, found bool, err error) {
-	err = db.QueryRow(ctx, keyGetSQL, key).Scan(&k.Key, &k.SeqMax, &k.ArchivedSeq, &k.CreatedAt)
+	err = db.QueryRow(ctx, keyGetSQL, key).Scan(&k.Key, &k.SeqMax, &k.ArchivedSeq, &k.CreatedAt, &k.NextSeq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return KeyRow{}, false, nil
 	}
