@@ -127,11 +127,15 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 		w.metrics.completions.Inc()
 		return nil, false
 	}
-	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, ErrLeaseLost) || (err != nil && errors.Is(context.Cause(ctx), ErrLeaseLost)) {
 		w.lostOwnership(job, err)
 		return nil, false
 	}
 	if err == nil {
+		// Completed even when ctx was cancelled as the claim seemed lost (renewals failed
+		// past the fence): the completion is fenced by the claim's version and lease, so it
+		// succeeds only if the claim still holds, and a job whose handler did its work is
+		// not run again for nothing.
 		w.unsettled.Add(1)
 		releaseSlot()
 		r, err := w.completer.Complete(job)

@@ -58,15 +58,17 @@ func (f TxHandlerFunc) run(ctx context.Context, c *Client, job *Job) (_ bool, _ 
 	if err != nil {
 		return false, returned, err
 	}
-	if err := c.CompleteTx(ctx, tx, job); err != nil {
+	// The completion and the commit are not cancellable: the handler returned nil, also when
+	// StopAndCancel cancelled ctx (the job is then completed, as a HandlerFunc's is), and a
+	// heartbeat that finds the job done while the commit is on its way cancels ctx, when a
+	// cancelled commit would report an error for a transaction that committed. The claim is
+	// fenced in CompleteTx itself, by its version and lease, whatever ctx says.
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := c.CompleteTx(settleCtx, tx, job); err != nil {
 		return false, returned, err
 	}
-	// Not cancellable: a heartbeat that finds the job done while the commit is on its way
-	// cancels ctx, and a cancelled commit reports an error for a transaction that committed.
-	// Fencing happened above, in CompleteTx.
-	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	if err := tx.Commit(commitCtx); err != nil {
+	if err := tx.Commit(settleCtx); err != nil {
 		return false, returned, err
 	}
 	return true, returned, nil

@@ -3,6 +3,7 @@ package ordered_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,4 +218,40 @@ func TestJobFenceMovesOnWithRenewals(t *testing.T) {
 	require.True(t, s.first.Before(s.before.Add(lease-lease/10-500*time.Millisecond)),
 		"the fence is counted from the claim, sent before the handler started: %v, %v", s.first, s.before)
 	require.True(t, s.later.After(s.first), "a renewal moved the fence on")
+}
+
+// A handler that its worker cancels at the fence (its renewals kept failing: here they wait on
+// a lock of the head row) and that returns nil anyway has done its work: the worker still
+// completes the job, which succeeds because the database's lease has not run out, so the job
+// is not run again for nothing. The completion is fenced by the claim's version and lease, as
+// always.
+func TestHandlerThatFinishesAfterItsFenceIsCompletedWhileTheClaimHolds(t *testing.T) {
+	t.Parallel()
+	// Renewals every 2s; the fence 20s - 2s - 9s = 9s after the claim; the lease 11s later.
+	b := setup(t, &ordered.Config{Lease: 20 * time.Second})
+	id := b.enqueue(t, "k", 1)[0]
+	var runs atomic.Int64
+	causes := make(chan error, 1)
+	w := startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		runs.Add(1)
+		lock, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lock.Rollback(b.ctx) }()
+		if _, err := lock.Exec(b.ctx, `SELECT FROM ordered_heads WHERE key = 'k' FOR UPDATE`); err != nil {
+			return err
+		}
+		<-ctx.Done() // no renewal gets through the lock
+		select {
+		case causes <- context.Cause(ctx):
+		default: // a run after the first, had the job been taken again
+		}
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, HeartbeatInterval: 2 * time.Second, StopGrace: 9 * time.Second,
+		PollInterval: 100 * time.Millisecond})
+	require.ErrorIs(t, <-causes, ordered.ErrLeaseLost)
+	waitFor(t, time.Minute, "k/1 completed", func() bool { return b.jobStatus(t, id) == "done" })
+	require.NoError(t, w.Stop(b.ctx))
+	require.EqualValues(t, 1, runs.Load())
 }

@@ -283,6 +283,31 @@ func TestWorkerStopAndCancelDoesNotFailAJobOnItsLastAttempt(t *testing.T) {
 	require.Equal(t, "k/2", b.claimOne(t, b.client).IdempotencyKey())
 }
 
+// A TxHandlerFunc that StopAndCancel cancels and that returns nil is completed, its writes
+// committed with the completion, as a HandlerFunc's would be: the cancelled context does not
+// cut the completion short.
+func TestWorkerStopAndCancelCompletesATxHandlerThatReturnsNil(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	effects := b.effectsTable(t)
+	id := b.enqueue(t, "k", 1)[0]
+	running := make(chan struct{})
+	w, err := b.client.NewWorker(ordered.TxHandlerFunc(func(ctx context.Context, tx pgx.Tx, j *ordered.Job) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1)`, j.IdempotencyKey()); err != nil {
+			return err
+		}
+		close(running)
+		<-ctx.Done()
+		return nil
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	<-running
+	require.NoError(t, w.StopAndCancel(b.ctx))
+	require.Equal(t, "done", b.jobStatus(t, id))
+	require.Equal(t, 1, effects())
+}
+
 // runUntilStopAndCancel runs a worker whose handler waits for its context to end and then
 // returns what returned says; it calls StopAndCancel once the first job runs and returns when
 // the worker has stopped.
