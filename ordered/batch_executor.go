@@ -167,7 +167,12 @@ func (w *Worker) giveBackBatch(jobs []*Job, herr error) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
 	defer cancel()
-	switch err := w.db.ReleaseBatch(ctx, jobs); {
+	release, err := w.settling.take(ctx)
+	if err == nil {
+		err = w.db.ReleaseBatch(ctx, jobs)
+		release()
+	}
+	switch {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostBatch(jobs, herr)
 		return false

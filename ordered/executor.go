@@ -212,7 +212,11 @@ func (w *Worker) takeSlot(ctx context.Context, ahead bool) (slotted, waitedTooLo
 func (w *Worker) giveBackUnrun(job *Job) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
 	defer cancel()
-	err := w.db.releaseUnrun(ctx, job, nil)
+	release, err := w.settling.take(ctx)
+	if err == nil {
+		err = w.db.releaseUnrun(ctx, job, nil)
+		release()
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
 	}
@@ -222,7 +226,12 @@ func (w *Worker) giveBackUnrun(job *Job) error {
 // giveBackStopped releases a job whose handler StopAndCancel cut short (it returned herr),
 // its attempt not counted.
 func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
-	switch err := w.db.releaseUnrun(ctx, job, herr); {
+	release, err := w.settling.take(ctx)
+	if err == nil {
+		err = w.db.releaseUnrun(ctx, job, herr)
+		release()
+	}
+	switch {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostOwnership(job, herr)
 	case err != nil:
@@ -237,15 +246,18 @@ func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
 // settle records a failed attempt (herr is not nil): a retry, or a failure for good.
 func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	var outcome Outcome
-	var err error
 	var retryIn *retryInError
-	switch {
-	case IsPermanent(herr):
-		outcome, err = w.db.Fail(ctx, job, herr)
-	case errors.As(herr, &retryIn):
-		outcome, err = w.db.RetryAfter(ctx, job, retryIn.delay, herr)
-	default:
-		outcome, err = w.db.Retry(ctx, job, herr)
+	release, err := w.settling.take(ctx)
+	if err == nil {
+		switch {
+		case IsPermanent(herr):
+			outcome, err = w.db.Fail(ctx, job, herr)
+		case errors.As(herr, &retryIn):
+			outcome, err = w.db.RetryAfter(ctx, job, retryIn.delay, herr)
+		default:
+			outcome, err = w.db.Retry(ctx, job, herr)
+		}
+		release()
 	}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -272,4 +284,17 @@ func (w *Worker) lostOwnership(job *Job, herr error) {
 	w.metrics.lostOwnership.Inc()
 	w.log.Warn("ordered: lost the claim of a job; its outcome is not acknowledged",
 		slogJob(job.ID, job.Key, job.Seq), "attempt", job.Attempt, "handler_error", herr)
+}
+
+// gate holds statements of one kind to their share of the worker's pool: one place each.
+type gate chan struct{}
+
+// take waits for a place, or for ctx to end; release gives the place back.
+func (g gate) take(ctx context.Context) (release func(), err error) {
+	select {
+	case g <- struct{}{}:
+		return func() { <-g }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }

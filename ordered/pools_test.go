@@ -11,9 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
+	"github.com/orderedq/ordered/policy"
 )
 
 // smallPool is a pool of maxConns connections on the test's queue, its sessions named
@@ -171,4 +173,68 @@ func TestNewWorkerWarnsOfAPoolSmallerThanItsTxHandlers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(out.String(), warning), out.String())
 	require.Contains(t, out.String(), "max_conns=4 workers=16")
+}
+
+// Settlements that wait for their keys' rows, which a producer's open transaction holds, take
+// no more than their share of the worker's pool: the worker's other jobs keep their leases
+// (renewed all the while, well past a lease), and once the producer commits the waiting
+// jobs settle. Without the shares, eight failures waiting on the producer took every
+// connection of the worker's pool, and the running jobs lost their leases.
+func TestWorkerRenewsLeasesWhileSettlementsWaitForAProducer(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second
+	b := setup(t, &ordered.Config{Lease: lease, Policy: policy.Always(policy.Skip)})
+	const slow, failing = 2, 8
+	for i := range slow {
+		b.enqueue(t, fmt.Sprintf("slow%d", i), 1)
+	}
+	producer, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = producer.Rollback(b.ctx) }()
+	for i := range failing {
+		b.enqueue(t, fmt.Sprintf("fail%d", i), 1)
+		_, err := b.client.EnqueueTx(b.ctx, producer, ordered.Event{Key: fmt.Sprintf("fail%d", i), Seq: 2})
+		require.NoError(t, err)
+	}
+
+	release := make(chan struct{})
+	var cancelled sync.Map
+	reg := prometheus.NewRegistry()
+	w := startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
+		if strings.HasPrefix(j.Key, "fail") {
+			return ordered.Permanent(fmt.Errorf("poison"))
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			cancelled.Store(j.Key, context.Cause(ctx))
+			return ctx.Err()
+		}
+	}), &ordered.WorkerConfig{Workers: 16, PollInterval: 50 * time.Millisecond, Registerer: reg})
+
+	waitFor(t, time.Minute, "the failures wait for the producer's key rows", func() bool {
+		return b.countRows(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_job_fail%'`) > 0
+	})
+	// Two renewals past the lease: had renewals starved, the fence would have cancelled the
+	// slow handlers within the lease.
+	waitFor(t, time.Minute, "the slow jobs' leases renewed well past a lease", func() bool {
+		return b.countRows(t, `SELECT count(*) FROM ordered_heads WHERE key LIKE 'slow%'
+			AND state = 'running' AND lease_until > attempted_at + $1::interval`, (2*lease).String()) == slow
+	})
+	require.Positive(t, b.countRows(t, `SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_job_fail%'`), "the failures still wait")
+	cancelled.Range(func(k, v any) bool {
+		t.Errorf("the handler of %v was cancelled: %v", k, v)
+		return true
+	})
+
+	require.NoError(t, producer.Commit(b.ctx))
+	close(release)
+	waitFor(t, time.Minute, "every first job settled", func() bool {
+		return b.countRows(t, `SELECT count(*) FROM ordered_jobs WHERE seq = 1 AND status IN ('done', 'failed')`) == slow+failing
+	})
+	require.NoError(t, w.Stop(b.ctx))
+	require.Zero(t, metricValue(t, reg, "ordered_lost_ownership_total"))
 }

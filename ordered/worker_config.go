@@ -23,10 +23,18 @@ const (
 
 // WorkerPoolConns is the size of the pool a worker opens for its own statements, apart from
 // its handlers: one for the claim (the fetch loop runs one at a time), completeFlushesMax for
-// the completion batches in flight, one for maintenance, and two that the per-job statements
-// share (lease renewals, retries, failures, give-backs), which are single-row and short, so a
-// burst of them waits milliseconds, never a handler.
-const WorkerPoolConns = 1 + completeFlushesMax + 1 + 2
+// the completion batches in flight, one for maintenance, settleConns for the per-job
+// settlements (retries, failures, give-backs) and renewConns for the lease renewals. Each
+// kind is held to its share: a settlement waits for its key's row, which a producer's open
+// transaction may hold for long, and settlements that wait so must not take the connections
+// that renewals, claims and completions need.
+const WorkerPoolConns = 1 + completeFlushesMax + 1 + settleConns + renewConns
+
+// settleConns and renewConns bound the settlements and the lease renewals in flight at once.
+const (
+	settleConns = 2
+	renewConns  = 2
+)
 
 // WorkerConfig configures a Worker. Zero fields take their defaults.
 //
