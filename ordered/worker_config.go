@@ -45,8 +45,11 @@ const (
 // it also holds one LISTEN connection. Handlers use the client's pool: a TxHandlerFunc holds
 // one of its connections for the whole handler, so that pool needs MaxConns of at least
 // Workers (NewWorker warns when it is smaller; the handlers then wait for connections, their
-// leases renewed), plus whatever the application's own queries take. In all, a worker costs
-// the server WorkerPoolConns + 1 connections beyond the client's pool.
+// leases renewed), plus whatever the application's own queries take. A handler that holds a
+// connection of the pool (a TxHandlerFunc's transaction) and asks for another (Enqueue rather
+// than EnqueueTx, say) needs two: with too few, every handler may hold one and wait for a
+// second for ever. In all, a worker costs the server WorkerPoolConns + 1 connections beyond
+// the client's pool.
 type WorkerConfig struct {
 	// Workers is how many handlers run at once. Default WorkersDefault. A job whose handler
 	// succeeded waits for its completion batch without taking one of them (its lease is
