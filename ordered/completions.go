@@ -2,7 +2,6 @@ package ordered
 
 import (
 	"context"
-	"errors"
 )
 
 // Completion batches: a worker's successful attempts wait in the completer
@@ -35,25 +34,14 @@ func (w *Worker) flushCompletions(jobs []*Job) []completionResult {
 	results := make([]completionResult, len(jobs))
 	ahead := w.prefetch() > 0
 	lost, next, err := w.completeBatch(jobs)
-	if errors.Is(err, context.DeadlineExceeded) {
-		// The database did not answer within settleTimeout (down, or the keys held by a
-		// producer's open transaction): one at a time would wait as long again. The jobs'
-		// leases expire and they run again, as for any completion that did not commit.
-		w.log.Warn("ordered: a completion batch did not complete in time; its jobs run again after their leases",
-			"jobs", len(jobs), "error", err)
-		for i := range results {
-			results[i] = completionResult{err: err}
-		}
-		return results
-	}
 	if err != nil {
 		// One at a time, without claims: a job the batch cannot complete then costs only
-		// itself, and a batch whose session ended gets new ones. (A batch that committed but
-		// whose answer was lost does not come here, unless asking what it did failed too:
-		// then each of these finds its claim completed already and is reported lost, which
-		// is only logged and counted, and the next jobs the batch claimed run again after
-		// their leases expire.) One deadline for them all: a database that stops answering
-		// holds the worker, and its Stop, for settleTimeout, not for settleTimeout a job.
+		// itself. (A batch that committed but whose answer was lost does not come here, unless
+		// it timed out or asking what it did failed too: then each of these finds its claim
+		// completed already and is reported lost, which is only logged and counted, and the
+		// next jobs the batch claimed run again after their leases expire.)
+		// One deadline for them all: a database that does not answer holds the worker, and its
+		// Stop, for settleTimeout, not for settleTimeout a job.
 		w.log.Warn("ordered: a completion batch failed; completing its jobs one at a time",
 			"jobs", len(jobs), "error", err)
 		ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
