@@ -41,7 +41,9 @@ func (w *Worker) flushCompletions(jobs []*Job) []completionResult {
 		// completed already and is reported lost, which is only logged and counted, and the
 		// next jobs the batch claimed run again after their leases expire.)
 		// One deadline for them all: a database that does not answer holds the worker, and its
-		// Stop, for settleTimeout, not for settleTimeout a job.
+		// Stop, for settleTimeout a batch and one more for its jobs, not for settleTimeout a
+		// job. The fallback is kept after a timeout too: a batch held by one key that a
+		// producer's open transaction holds still completes the jobs of its other keys.
 		w.log.Warn("ordered: a completion batch failed; completing its jobs one at a time",
 			"jobs", len(jobs), "error", err)
 		ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
