@@ -247,7 +247,11 @@ func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
 func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	var outcome Outcome
 	var retryIn *retryInError
-	release, err := w.settling.take(ctx)
+	g := w.settling
+	if IsPermanent(herr) || job.Attempt >= job.MaxAttempts {
+		g = w.failing // a failure for good: it waits for its key's row
+	}
+	release, err := g.take(ctx)
 	if err == nil {
 		switch {
 		case IsPermanent(herr):

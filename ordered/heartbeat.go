@@ -159,15 +159,10 @@ func (h *heartbeat) beat() {
 
 // renew renews the job's lease, or the batch's.
 func (h *heartbeat) renew(ctx context.Context) error {
-	release, err := h.w.renewing.take(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
 	if h.batch != nil {
 		return h.w.db.RenewBatch(ctx, h.batch)
 	}
-	_, err = h.w.db.Renew(ctx, h.job)
+	_, err := h.w.db.Renew(ctx, h.job)
 	return err
 }
 

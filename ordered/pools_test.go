@@ -175,14 +175,15 @@ func TestNewWorkerWarnsOfAPoolSmallerThanItsTxHandlers(t *testing.T) {
 	require.Contains(t, out.String(), "max_conns=4 workers=16")
 }
 
-// Settlements that wait for their keys' rows, which a producer's open transaction holds, take
-// no more than their share of the worker's pool: the worker's other jobs keep their leases
-// (renewed all the while, well past a lease), and once the producer commits the waiting
-// jobs settle. Without the shares, eight failures waiting on the producer took every
-// connection of the worker's pool, and the running jobs lost their leases.
-func TestWorkerRenewsLeasesWhileSettlementsWaitForAProducer(t *testing.T) {
+// Failures that wait for their keys' rows, which a producer's open transaction holds, take
+// no more than their place in the worker's pool: the worker's other jobs keep their leases
+// (renewed while the failures wait), and once the producer commits the waiting jobs settle.
+// Without it, eight failures waiting on the producer took every connection of the worker's
+// pool, and the running jobs lost their leases.
+func TestWorkerRenewsLeasesWhileFailuresWaitForAProducer(t *testing.T) {
 	t.Parallel()
-	const lease = 3 * time.Second
+	// Renewals every 3.3s; a starved worker cancels its handlers 7.3s after the claim.
+	const lease = 10 * time.Second
 	b := setup(t, &ordered.Config{Lease: lease, Policy: policy.Always(policy.Skip)})
 	const slow, failing = 2, 8
 	for i := range slow {
@@ -217,11 +218,10 @@ func TestWorkerRenewsLeasesWhileSettlementsWaitForAProducer(t *testing.T) {
 		return b.countRows(t, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_job_fail%'`) > 0
 	})
-	// Two renewals past the lease: had renewals starved, the fence would have cancelled the
-	// slow handlers within the lease.
-	waitFor(t, time.Minute, "the slow jobs' leases renewed well past a lease", func() bool {
+	// A renewal after the failures began to wait, which a starved worker never gets through.
+	waitFor(t, time.Minute, "the slow jobs' leases renewed while the failures wait", func() bool {
 		return b.countRows(t, `SELECT count(*) FROM ordered_heads WHERE key LIKE 'slow%'
-			AND state = 'running' AND lease_until > attempted_at + $1::interval`, (2*lease).String()) == slow
+			AND state = 'running' AND lease_until > attempted_at + $1::interval`, (lease+3*time.Second).String()) == slow
 	})
 	require.Positive(t, b.countRows(t, `SELECT count(*) FROM pg_stat_activity
 		WHERE wait_event_type = 'Lock' AND query LIKE '%ordered_job_fail%'`), "the failures still wait")

@@ -56,9 +56,9 @@ type Worker struct {
 	wake          chan struct{}
 	// slots holds a token per handler running; its capacity is cfg.Workers.
 	slots chan struct{}
-	// settling and renewing hold the settlements and the lease renewals in flight to their
-	// shares of the worker's pool (WorkerPoolConns).
-	settling, renewing gate
+	// failing holds the failures for good in flight to their place in the worker's pool, and
+	// settling the retries and give-backs to theirs (WorkerPoolConns).
+	failing, settling gate
 	// waiting counts the jobs claimed whose handler has not started: they will take slots.
 	waiting atomic.Int64
 	// unsettled counts the jobs whose handler succeeded and whose completion waits for its
@@ -127,7 +127,7 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 	return &Worker{
 		client: c, handler: h, cfg: wc, log: c.cfg.Logger, metrics: m,
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, wc.Workers), stopped: make(chan struct{}),
-		settling: make(gate, settleConns), renewing: make(gate, renewConns),
+		failing: make(gate, 1), settling: make(gate, 1),
 		settleTimeout: settleTimeout,
 	}, nil
 }

@@ -23,18 +23,15 @@ const (
 
 // WorkerPoolConns is the size of the pool a worker opens for its own statements, apart from
 // its handlers: one for the claim (the fetch loop runs one at a time), completeFlushesMax for
-// the completion batches in flight, one for maintenance, settleConns for the per-job
-// settlements (retries, failures, give-backs) and renewConns for the lease renewals. Each
-// kind is held to its share: a settlement waits for its key's row, which a producer's open
-// transaction may hold for long, and settlements that wait so must not take the connections
-// that renewals, claims and completions need.
-const WorkerPoolConns = 1 + completeFlushesMax + 1 + settleConns + renewConns
+// the completion batches in flight, one for maintenance, one for the failures of jobs for good,
+// one for the other per-job settlements (retries, give-backs), and renewConns left to the lease
+// renewals. A failure waits for its key's row, which a producer's open transaction may hold for
+// long: failures keep to their one place, so that however many wait, the retries, claims,
+// completions and renewals still get connections. Renewals are single-row and short.
+const WorkerPoolConns = 1 + completeFlushesMax + 1 + 1 + 1 + renewConns
 
-// settleConns and renewConns bound the settlements and the lease renewals in flight at once.
-const (
-	settleConns = 2
-	renewConns  = 2
-)
+// renewConns is the part of the worker's pool that no statement but a renewal can take.
+const renewConns = 2
 
 // WorkerConfig configures a Worker. Zero fields take their defaults.
 //
