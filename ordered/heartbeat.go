@@ -104,7 +104,7 @@ func (h *heartbeat) beat() {
 			w.log.Warn("ordered: lease running out while renewals fail; cancelling the handler",
 				slogJob(job.ID, job.Key, job.Seq), "error", lastErr)
 		} else {
-			w.log.Warn("ordered: lease running out with no renewal in time (was this process paused?); cancelling the handler",
+			w.log.Warn("ordered: lease running out with no renewal in time (this process paused, or its renewals slow); cancelling the handler",
 				slogJob(job.ID, job.Key, job.Seq))
 		}
 		h.cancel(ErrLeaseLost)

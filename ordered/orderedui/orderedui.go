@@ -59,9 +59,9 @@ type Config struct {
 	StatsMaxAge time.Duration
 	// PageSize is how many rows a list page shows; default PageSizeDefault.
 	PageSize int
-	// RequestTimeout bounds the database work of one request, so that a page the database
+	// RequestTimeout bounds the database work of one page, so that a page the database
 	// does not answer in time fails with 503 instead of holding one of the pool's
-	// connections; default RequestTimeoutDefault.
+	// connections, and four times it that of an action; default RequestTimeoutDefault.
 	RequestTimeout time.Duration
 	// Logger receives a line for every action and every page that failed (5xx); nil:
 	// slog.Default().
@@ -160,7 +160,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RequestTimeout)
+	timeout := h.cfg.RequestTimeout
+	if r.Method == http.MethodPost {
+		timeout *= 4 // an action replays or skips up to ActionIDsMax jobs, one at a time
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -259,6 +263,8 @@ type page struct {
 	// Live is the URL of the page's live part (fetched again every Refresh ms); empty: none.
 	Live    string
 	Refresh int64
+	// Timeout is the request timeout, in ms: the live part's fetch waits a little longer.
+	Timeout int64
 	// Here is the page's own URL, where an action's result page links back to.
 	Here string
 	Data any
@@ -271,7 +277,8 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name, title str
 
 func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, name, title string, data any) {
 	p := page{Title: title, Nav: name, Prefix: h.cfg.Prefix, ReadOnly: h.cfg.ReadOnly,
-		CSRF: h.csrfToken(w, r), Refresh: h.cfg.RefreshInterval.Milliseconds(), Data: data}
+		CSRF: h.csrfToken(w, r), Refresh: h.cfg.RefreshInterval.Milliseconds(),
+		Timeout: h.cfg.RequestTimeout.Milliseconds(), Data: data}
 	tmpl := "layout"
 	here := r.URL.Query()
 	here.Del("fragment")
@@ -301,21 +308,33 @@ func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, n
 	_, _ = w.Write(showHidden(buf.Bytes()))
 }
 
-// showHidden writes each control, format or line-separator character of a rendered page
-// (but tab and newline) as its escape, \u202e, as the CLI does: keys, kinds and errors come
-// from producers and handlers, and a right-to-left override or a zero-width space in one
-// would make it read as something else. The templates themselves hold none.
+// showHidden writes each control, format or line-separator character in the text of a
+// rendered page (but tab and newline) as its escape, \u202e (\U000e0067 beyond 16 bits):
+// keys, kinds and errors come from producers and handlers, and a right-to-left override or a
+// zero-width space in one would make it read as something else. Inside tags, attribute values
+// keep their characters, so that a form sends back the key it was given (html/template
+// escapes < and > in values, so a < always opens a tag). The templates themselves hold none.
 func showHidden(page []byte) []byte {
 	if bytes.IndexFunc(page, hidden) < 0 {
 		return page
 	}
 	var b bytes.Buffer
+	inTag := false
 	for len(page) > 0 {
 		r, n := utf8.DecodeRune(page)
-		if hidden(r) {
-			fmt.Fprintf(&b, `\u%04x`, r)
-		} else {
+		switch {
+		case r == '<':
+			inTag = true
+		case r == '>':
+			inTag = false
+		}
+		switch {
+		case inTag || !hidden(r):
 			b.Write(page[:n])
+		case r > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
 		}
 		page = page[n:]
 	}
@@ -334,7 +353,7 @@ var livePages = map[string]bool{"overview": true, "blocked": true, "key": true}
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
 	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
 		code = http.StatusServiceUnavailable
-		err = fmt.Errorf("the database did not answer within %v: %w", h.cfg.RequestTimeout, err)
+		err = fmt.Errorf("the database did not answer in time: %w", err)
 	}
 	if code >= 500 {
 		h.cfg.Logger.Error("orderedui: page failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)

@@ -75,7 +75,7 @@ func RequireAuth(h http.Handler, a Auth) http.Handler {
 		}
 		given := ""
 		if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-			given = token
+			given = strings.TrimLeft(token, " ")
 		}
 		if c, err := r.Cookie(tokenCookie); given == "" && err == nil {
 			given = c.Value
@@ -178,7 +178,7 @@ func CheckAddr(addr string, a Auth) error {
 		}
 		return fmt.Errorf("orderedui: address %q is not HOST:PORT: %w", addr, err)
 	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
+	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
 		return fmt.Errorf("orderedui: address %q: port %q is not a port number", addr, port)
 	}
 	if !isLoopback(host) && !a.Enabled() {

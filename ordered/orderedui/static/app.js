@@ -6,6 +6,9 @@
   var live = document.querySelector('[data-live]');
   if (live) {
     var every = parseInt(live.dataset.every, 10) || 5000;
+    // The server answers by its request timeout (503 past it); a fetch without an answer
+    // some seconds after that is given up.
+    var timeout = (parseInt(live.dataset.timeout, 10) || 15000) + 5000;
     var note = document.createElement('p');
     note.className = 'stale-note';
     note.setAttribute('role', 'status');
@@ -14,7 +17,7 @@
     var last = new Date();
     var tick = function () {
       var abort = new AbortController();
-      var timer = setTimeout(function () { abort.abort(); }, Math.max(2 * every, 20000));
+      var timer = setTimeout(function () { abort.abort(); }, timeout);
       fetch(live.dataset.live, {credentials: 'same-origin', cache: 'no-store', signal: abort.signal})
         .then(function (r) { return r.ok ? r.text() : Promise.reject(new Error('the dashboard answered HTTP ' + r.status)); })
         .then(function (html) {
