@@ -63,8 +63,11 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	}
 	ctx, cancel := context.WithCancelCause(w.workCtx)
 	defer cancel(nil)
-	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), w.settleTimeout)
-	defer cancelSettle()
+	// settleCtx bounds one settling, from when it begins: not from the claim, or a handler
+	// that ran longer than settleTimeout would leave its failure unrecorded.
+	settleCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), w.settleTimeout)
+	}
 
 	// Jobs recovered past this worker's attempt cap end the batch; its head is failed unrun.
 	for i, job := range batch {
@@ -73,7 +76,9 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 		}
 		w.giveBackBatch(batch[max(i, 1):], nil)
 		if i == 0 {
-			w.settle(settleCtx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
+			sctx, cancelSettle := settleCtx()
+			defer cancelSettle()
+			w.settle(sctx, job, fmt.Errorf("no attempts left: attempt %d of %d", job.Attempt, job.MaxAttempts))
 			return nil
 		}
 		batch = batch[:i]
@@ -149,10 +154,12 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 		}
 	}
 	if failed != nil {
+		sctx, cancelSettle := settleCtx()
+		defer cancelSettle()
 		if stopped {
-			w.giveBackStopped(settleCtx, failed, err)
+			w.giveBackStopped(sctx, failed, err)
 		} else {
-			w.settle(settleCtx, failed, err)
+			w.settle(sctx, failed, err)
 		}
 	}
 	return next

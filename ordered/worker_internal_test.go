@@ -102,3 +102,34 @@ func TestFailedBatchFallsBackWithinOneSettleTimeout(t *testing.T) {
 	// jobs) does the same: four settleTimeouts, against one a job without the one deadline.
 	require.Less(t, time.Since(start), 7*settle, "Stop waited one settleTimeout a job of a failed batch")
 }
+
+// A batch handler that runs longer than settleTimeout and fails has its failure recorded:
+// the settling's deadline runs from when it begins, not from the claim.
+func TestLongBatchHandlerFailureIsRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := testdb.New(t)
+	c, err := NewClient(q.Pool, &Config{Lease: time.Minute})
+	require.NoError(t, err)
+	res, err := c.EnqueueMany(ctx, []Event{{Key: "k", Seq: 1}, {Key: "k", Seq: 2}})
+	require.NoError(t, err)
+	const settle = 200 * time.Millisecond
+	var runs atomic.Int64
+	w, err := c.NewBatchWorker(func(ctx context.Context, jobs []*Job) (int, error) {
+		if runs.Add(1) > 1 {
+			return len(jobs), nil
+		}
+		<-time.After(3 * settle) // longer than settleTimeout
+		return 0, fmt.Errorf("boom")
+	}, &WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, BatchSize: 2})
+	require.NoError(t, err)
+	w.settleTimeout = settle
+	require.NoError(t, w.Start(ctx))
+	defer func() { require.NoError(t, w.Stop(ctx)) }()
+	require.Eventually(t, func() bool {
+		var status string
+		var attempts int
+		err := q.Pool.QueryRow(ctx, `SELECT status, attempts FROM ordered_jobs_now WHERE id = $1`, res[0].ID).Scan(&status, &attempts)
+		return err == nil && status == "done" && attempts == 2
+	}, 30*time.Second, 20*time.Millisecond, "the failed first attempt was recorded as a retry, and the job ran again")
+}
