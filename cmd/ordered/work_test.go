@@ -580,6 +580,24 @@ func TestWorkNameIsRecordedWithItsClaims(t *testing.T) {
 	}
 }
 
+// stopPastTheFence stops (SIGSTOP) worker w while job 1's command runs (it wrote its child's
+// pid to "child"), waits until the guard has ended the command and its child at the job's
+// fence, and requires the stopped worker's claim of job 1 still to hold then.
+func stopPastTheFence(t *testing.T, q *orderedtest.Queue, w *cliProc) {
+	t.Helper()
+	child := w.waitPID(t, "child")
+	var version int64
+	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT claim_version FROM ordered_jobs_now WHERE id = 1").Scan(&version))
+	w.signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
+	require.Eventually(t, func() bool { return processGone(child) && len(processesOf(w)) == 0 },
+		30*time.Second, 10*time.Millisecond, "the command outlived its stopped worker's fence: %v", processesOf(w))
+	var leased bool
+	require.NoError(t, q.Pool.QueryRow(context.Background(),
+		"SELECT status = 'running' AND claim_version = $1 AND lease_until > now() FROM ordered_jobs_now WHERE id = 1", version).Scan(&leased))
+	require.True(t, leased, "the command must be gone while the stopped worker's claim still holds")
+}
+
 // A worker stopped (SIGSTOP) while its command runs can neither renew the lease nor end the
 // command; the command's guard ends it at the job's fence by its own clock, before the lease
 // that the stopped worker still holds runs out, so that the job's next claim never overlaps it.
@@ -589,18 +607,7 @@ func TestWorkStoppedWorkersCommandEndsBeforeItsLease(t *testing.T) {
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
 	w := startCLIWorker(t, q, "--lease", "12s", "--kill-grace", "2s", "--exec",
 		`trap 'echo trapped > "$ORDERED_TEST_DIR/trap"; exit 143' TERM; sleep 1000 & echo $! > "$ORDERED_TEST_DIR/child"; wait`)
-	child := w.waitPID(t, "child")
-	var version int64
-	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT claim_version FROM ordered_jobs_now WHERE id = 1").Scan(&version))
-	w.signal(t, syscall.SIGSTOP)
-	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
-
-	require.Eventually(t, func() bool { return processGone(child) && len(processesOf(w)) == 0 },
-		30*time.Second, 10*time.Millisecond, "the command outlived its stopped worker's fence: %v", processesOf(w))
-	var leased bool
-	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT status = 'running' AND claim_version = $1 AND lease_until > now() FROM ordered_jobs_now WHERE id = 1", version).Scan(&leased))
-	require.True(t, leased, "the command must be gone while the stopped worker's claim still holds")
+	stopPastTheFence(t, q, w)
 	require.Equal(t, "trapped\n", w.file("trap"), "SIGTERM first")
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(w.cmd.Process.Pid) + "/stat")
 	require.NoError(t, err)
@@ -635,16 +642,7 @@ func TestWorkCommandEndedAtItsFenceIsRetriedNotDone(t *testing.T) {
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
 	w := startCLIWorker(t, q, "--lease", "12s", "--kill-grace", "2s", "--exec",
 		`[ "$ORDERED_ATTEMPT" = 1 ] || exit 0; trap 'exit 0' TERM; sleep 1000 & echo $! > "$ORDERED_TEST_DIR/child"; wait`)
-	child := w.waitPID(t, "child")
-	w.signal(t, syscall.SIGSTOP)
-	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
-	require.Eventually(t, func() bool { return processGone(child) && len(processesOf(w)) == 0 },
-		30*time.Second, 10*time.Millisecond, "the command outlived its stopped worker's fence: %v", processesOf(w))
-	var leased bool
-	require.NoError(t, q.Pool.QueryRow(context.Background(),
-		"SELECT status = 'running' AND lease_until > now() FROM ordered_jobs_now WHERE id = 1").Scan(&leased))
-	require.True(t, leased, "the worker goes on while its claim still holds")
-
+	stopPastTheFence(t, q, w)
 	w.signal(t, syscall.SIGCONT)
 	require.Eventually(t, func() bool { return !jobStatesAre(q.Pool, "k/1 running attempts=1") },
 		time.Minute, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
