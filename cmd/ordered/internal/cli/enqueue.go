@@ -109,7 +109,9 @@ an unbroken sequence from --first-seq, an event runs only once every lower seq o
 finished, and a missing seq is a gap that holds the key; --gap says what a gap open for
 --gap-timeout does (wait: nothing, proceed: pass it, block: hold the key for an operator; see
 ordered gaps). A key keeps the mode it was created with: an event for an existing key of the
-other mode is an error, and nothing is enqueued.`, ordered.MaxAttemptsDefault),
+other mode is an error, and nothing is enqueued, so the events of contiguous keys are always
+enqueued with --contiguous; --first-seq, --gap and --gap-timeout apply to the keys the input
+creates, and an existing key keeps its own.`, ordered.MaxAttemptsDefault),
 		Args: atMostOne("FILE (or - for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, name := a.stdin, "stdin"
@@ -128,7 +130,7 @@ other mode is an error, and nothing is enqueued.`, ordered.MaxAttemptsDefault),
 			return a.enqueue(cmd.Context(), in, name, sequence)
 		},
 	}
-	cmd.Flags().BoolVar(&seq.contiguous, "contiguous", false, "create new keys as contiguous (gap-aware) keys")
+	cmd.Flags().BoolVar(&seq.contiguous, "contiguous", false, "the keys are contiguous (gap-aware): new ones are created so, existing ones must be")
 	cmd.Flags().Int64Var(&seq.first, "first-seq", 0, "the first seq of a contiguous key")
 	cmd.Flags().StringVar(&seq.gap, "gap", "wait", "what a contiguous key's gap open for --gap-timeout does: wait, proceed or block")
 	cmd.Flags().DurationVar(&seq.gapTimeout, "gap-timeout", 0, "how long a gap stays open before --gap proceed or block applies")

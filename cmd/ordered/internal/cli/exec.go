@@ -79,10 +79,16 @@ func commandError(err error) error {
 }
 
 // exitError is the retryable error of a command that exited with status code. A status above
-// 128 is how a shell (and the guard) reports a command that a signal ended: it is named.
+// 128 is how a shell (and the guard) reports a command that a signal ended: it is named, and
+// so are the shell's own 126 and 127.
 func exitError(code int) error {
-	if sig := unix.Signal(code - 128); code > 128 && unix.SignalName(sig) != "" {
+	switch sig := unix.Signal(code - 128); {
+	case code > 128 && unix.SignalName(sig) != "":
 		return fmt.Errorf("command exited with status %d (128+%d: ended by %s)", code, int(sig), unix.SignalName(sig))
+	case code == 126:
+		return errors.New("command exited with status 126 (the shell found it but could not run it: not executable?)")
+	case code == 127:
+		return errors.New("command exited with status 127 (the shell did not find it: see the worker's stderr)")
 	}
 	return fmt.Errorf("command exited with status %d", code)
 }

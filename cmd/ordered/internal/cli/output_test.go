@@ -24,3 +24,17 @@ func TestOneLineKeepsSpacesWithinALine(t *testing.T) {
 	require.Equal(t, `line 2: key "a  b": late DETAIL: x y`, oneLine("  line 2: key \"a  b\": late\n\tDETAIL:\tx \r\n y \n"))
 	require.Equal(t, "", oneLine(" \n\t "))
 }
+
+// A command's exit status says what a shell means by it: a signal above 128, and the shell's
+// own 126 and 127.
+func TestExitErrorNamesWhatTheStatusMeans(t *testing.T) {
+	for code, want := range map[int]string{
+		1:   "command exited with status 1",
+		126: "command exited with status 126 (the shell found it but could not run it: not executable?)",
+		127: "command exited with status 127 (the shell did not find it: see the worker's stderr)",
+		137: "command exited with status 137 (128+9: ended by SIGKILL)",
+		200: "command exited with status 200",
+	} {
+		require.EqualError(t, exitError(code), want, code)
+	}
+}
