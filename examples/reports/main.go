@@ -205,6 +205,12 @@ func routes(pool *pgxpool.Pool, client *ordered.Client) http.Handler {
 			http.Error(w, `want {"customer": "…", "kind": "…"}`, http.StatusBadRequest)
 			return
 		}
+		// The event's rules (key and kind: length, control characters, NUL) before anything
+		// is written: the request's own row would otherwise meet a NUL first, as a 500.
+		if err := client.Validate([]ordered.Event{{Key: in.Customer, Seq: 1, Kind: "report." + in.Kind}}); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		id, created, err := createRequest(r.Context(), pool, client, in.Customer, in.Kind, r.Header.Get("Idempotency-Key"))
 		switch {
 		case errors.Is(err, ordered.ErrInvalidEvent):

@@ -119,6 +119,9 @@ func TestReportsRejectBadRequests(t *testing.T) {
 	_, status, err = api.post(ctx, strings.Repeat("k", 300), "daily", "") // over the key limit
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, status)
+	_, status, err = api.post(ctx, "acme", "dai\x00ly", "") // PostgreSQL text holds no NUL
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, status)
 	resp, err := api.get(ctx, base+"/reports/999")
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
