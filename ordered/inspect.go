@@ -122,6 +122,19 @@ type KeyTimeline struct {
 	Passed []PassedGap
 	// NextSeq is the FromSeq of the next page; -1 when this is the last.
 	NextSeq int64
+	// Waiting is the gap a contiguous key waits on now; nil when it waits on none.
+	Waiting *KeyGap
+}
+
+// KeyGap is the gap a contiguous key waits on: the seqs Missing, since Since; its gap policy
+// GapAction ("wait", "proceed" or "block") acts at Deadline (zero: never), or blocked the key
+// at BlockedAt (Blocked).
+type KeyGap struct {
+	Missing         SeqRange
+	Since, Deadline time.Time
+	Blocked         bool
+	BlockedAt       time.Time
+	GapAction       string
 }
 
 // SeqGap is a run of seqs, From to To inclusive, with no stored job.
@@ -168,6 +181,22 @@ func (c *Client) KeyTimeline(ctx context.Context, key string, p KeyTimelineParam
 	}
 	if t.Passed, err = c.PassedGaps(ctx, key, limit); err != nil {
 		return t, fmt.Errorf("ordered: key timeline: %w", err)
+	}
+	if k.NextSeq != nil {
+		g, waits, err := store.KeyGap(ctx, c.db, key)
+		if err != nil {
+			return t, fmt.Errorf("ordered: key timeline: %w", err)
+		}
+		if waits && g.FirstOpen != nil {
+			t.Waiting = &KeyGap{Missing: SeqRange{From: g.NextSeq, To: *g.FirstOpen - 1}, Since: g.Since,
+				Blocked: g.BlockedAt != nil, GapAction: g.GapAction}
+			if g.Deadline != nil {
+				t.Waiting.Deadline = *g.Deadline
+			}
+			if g.BlockedAt != nil {
+				t.Waiting.BlockedAt = *g.BlockedAt
+			}
+		}
 	}
 	return t, nil
 }

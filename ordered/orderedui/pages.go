@@ -161,8 +161,6 @@ type keyData struct {
 	Similar  []string
 	Next     string
 	From     int64
-	// Waiting is the gap a contiguous key waits on; nil when it waits on none.
-	Waiting *ordered.GapKey
 }
 
 // timelineRow is a job of a key's timeline, or a gap in its seqs.
@@ -196,16 +194,6 @@ func (h *Handler) key(w http.ResponseWriter, r *http.Request) {
 		if d.Similar, err = h.client.SearchKeys(r.Context(), d.Query, 20); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
 			return
-		}
-	}
-	if t.Found {
-		waiting, err := h.client.Gaps(r.Context(), ordered.GapsParams{Key: d.Query})
-		if err != nil {
-			h.fail(w, r, http.StatusInternalServerError, err)
-			return
-		}
-		if len(waiting) > 0 && waiting[0].Waiting {
-			d.Waiting = &waiting[0]
 		}
 	}
 	gaps := t.Gaps

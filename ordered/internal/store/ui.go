@@ -15,6 +15,7 @@ var (
 	jobGetSQL          = query("job_get.sql")
 	keyTimelineSQL     = query("key_timeline.sql")
 	keyGetSQL          = query("key_get.sql")
+	keyGapSQL          = query("key_gap.sql")
 	keySearchSQL       = query("key_search.sql")
 	jobFailedPageSQL   = query("job_failed_page.sql")
 	keyBlockedPageSQL  = query("key_blocked_page.sql")
@@ -95,6 +96,26 @@ func KeyGet(ctx context.Context, db DBTX, key string) (k KeyRow, found bool, err
 		return KeyRow{}, false, nil
 	}
 	return k, err == nil, err
+}
+
+// KeyGapRow is the gap a contiguous key waits on (key_gap.sql): the missing seqs are NextSeq
+// to FirstOpen-1.
+type KeyGapRow struct {
+	Since     time.Time
+	Deadline  *time.Time
+	BlockedAt *time.Time
+	GapAction string
+	NextSeq   int64
+	FirstOpen *int64
+}
+
+// KeyGap returns the gap key waits on; found is false when it waits on none.
+func KeyGap(ctx context.Context, db DBTX, key string) (g KeyGapRow, found bool, err error) {
+	err = db.QueryRow(ctx, keyGapSQL, key).Scan(&g.Since, &g.Deadline, &g.BlockedAt, &g.GapAction, &g.NextSeq, &g.FirstOpen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KeyGapRow{}, false, nil
+	}
+	return g, err == nil, err
 }
 
 // KeySearch lists up to limit keys starting with prefix, after the key after.
