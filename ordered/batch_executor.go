@@ -106,11 +106,15 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	start := time.Now()
 	done, err := callBatchHandler(ctx, w.batch, batch)
 	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
-	if errors.Is(context.Cause(ctx), ErrLeaseLost) || errors.Is(err, ErrLeaseLost) {
+	done = min(max(done, 0), len(batch))
+	// A batch that finished whole is completed even when ctx was cancelled as the claim
+	// seemed lost (renewals failed past the fence): the completion is fenced by the claim,
+	// as a HandlerFunc's is (see execute).
+	finished := done == len(batch) && err == nil
+	if errors.Is(err, ErrLeaseLost) || (!finished && errors.Is(context.Cause(ctx), ErrLeaseLost)) {
 		w.lostBatch(batch, err)
 		return nil
 	}
-	done = min(max(done, 0), len(batch))
 	if done == len(batch) {
 		err = nil // no job is left to have failed
 	}

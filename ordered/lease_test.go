@@ -255,3 +255,39 @@ func TestHandlerThatFinishesAfterItsFenceIsCompletedWhileTheClaimHolds(t *testin
 	require.NoError(t, w.Stop(b.ctx))
 	require.EqualValues(t, 1, runs.Load())
 }
+
+// The same for a batch handler that finishes its whole batch after its fence: the batch is
+// completed while the claim holds, not run again.
+func TestBatchThatFinishesAfterItsFenceIsCompletedWhileTheClaimHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{Lease: 20 * time.Second})
+	ids := b.enqueue(t, "k", 1, 2)
+	var runs atomic.Int64
+	causes := make(chan error, 1)
+	w, err := b.client.NewBatchWorker(func(ctx context.Context, jobs []*ordered.Job) (int, error) {
+		runs.Add(1)
+		lock, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = lock.Rollback(b.ctx) }()
+		if _, err := lock.Exec(b.ctx, `SELECT FROM ordered_heads WHERE key = 'k' FOR UPDATE`); err != nil {
+			return 0, err
+		}
+		<-ctx.Done() // no renewal gets through the lock
+		select {
+		case causes <- context.Cause(ctx):
+		default:
+		}
+		return len(jobs), nil
+	}, &ordered.WorkerConfig{Workers: 1, BatchSize: 2, HeartbeatInterval: 2 * time.Second, StopGrace: 9 * time.Second,
+		PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	defer func() { require.NoError(t, w.Stop(b.ctx)) }()
+	require.ErrorIs(t, <-causes, ordered.ErrLeaseLost)
+	waitFor(t, time.Minute, "the batch completed", func() bool {
+		return b.jobStatus(t, ids[0]) == "done" && b.jobStatus(t, ids[1]) == "done"
+	})
+	require.EqualValues(t, 1, runs.Load())
+}
