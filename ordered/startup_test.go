@@ -136,7 +136,7 @@ func TestWorkerStopsWhenTheSchemaChangesUnderIt(t *testing.T) {
 }
 
 // A server that refuses the start-up's sessions for a moment, as one starting up does
-// (SQLSTATE 57P03), is asked again: the worker starts once it answers, and runs jobs. One
+// (SQLSTATE 57P03), or cuts one as it starts, is asked again: the worker starts once it answers, and runs jobs. One
 // that keeps refusing fails the start with the server's error.
 func TestWorkerStartWaitsOutAServerStartingUp(t *testing.T) {
 	t.Parallel()
@@ -147,6 +147,7 @@ func TestWorkerStartWaitsOutAServerStartingUp(t *testing.T) {
 	id := b.enqueue(t, "k", 1)[0]
 
 	proxy.RefuseNext(3, "57P03", "the database system is starting up")
+	proxy.CutNext(1)
 	w, err := c.NewWorker(ordered.HandlerFunc(func(context.Context, *ordered.Job) error { return nil }), nil)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(b.ctx))

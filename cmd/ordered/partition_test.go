@@ -58,8 +58,8 @@ func TestWorkPartitionedWorkerEndsItsCommandBeforeTheLeaseExpires(t *testing.T) 
 }
 
 // A worker started while the server refuses sessions for a moment (starting up, SQLSTATE
-// 57P03) does not exit: it asks again, starts once the server answers, and runs the queue's
-// jobs. (A server that keeps refusing still ends it with a one-line error: see
+// 57P03), or cuts one as it starts, does not exit: it asks again, starts once the server
+// answers, and runs the queue's jobs. (A server that keeps refusing still ends it with a one-line error: see
 // TestUnreachableDatabase for one that is not there at all.)
 func TestWorkStartsOnceTheServerAnswers(t *testing.T) {
 	t.Parallel()
@@ -67,6 +67,7 @@ func TestWorkStartsOnceTheServerAnswers(t *testing.T) {
 	through, proxy := proxied(t, q)
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
 	proxy.RefuseNext(3, "57P03", "the database system is starting up")
+	proxy.CutNext(1)
 	drainThenStop(t, q, startCLIWorker(t, through, "--exec", "true"))
 	require.Equal(t, []string{"k/1 done attempts=1"}, jobStates(t, q.Pool))
 }

@@ -2,7 +2,8 @@
 // does: Blackhole stops forwarding in both directions while every connection stays open, so
 // neither end hears anything, not even that the other has gone; Heal delivers what was held
 // and forwards again. In front of PostgreSQL it also refuses sessions the way a server that
-// is starting up or shutting down does (RefuseNext).
+// is starting up or shutting down does (RefuseNext), or resets them as they start, the way a
+// session ended while it connects can end (CutNext).
 //
 // It listens on a free port of 127.0.0.1 and forwards each connection it accepts to one
 // target address. Connections accepted while the proxy is blackholed are held too.
@@ -30,6 +31,8 @@ type Proxy struct {
 	refuse        int
 	refuseCode    string
 	refuseMessage string
+	// cut is how many of the next connections CutNext resets.
+	cut int
 }
 
 // New starts a proxy to target (host:port).
@@ -100,19 +103,34 @@ func (p *Proxy) RefuseNext(n int, code, message string) {
 	p.refuse, p.refuseCode, p.refuseMessage = n, code, message
 }
 
-// refusal returns the error that the next connection is refused with, if it is.
+// CutNext makes the proxy reset each of the next n connections once it has read the client's
+// startup message, without an answer: the client reads "connection reset by peer", as it may
+// when its session is ended while it connects (by pg_terminate_backend, a fast shutdown, or
+// a network device). Refusals (RefuseNext) are taken first.
+func (p *Proxy) CutNext(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = n
+}
+
+// refusal returns how the next connection is refused, if it is: with an error, or with a
+// reset (a nil error).
 func (p *Proxy) refusal() (*pgproto3.ErrorResponse, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.refuse == 0 {
-		return nil, false
+	switch {
+	case p.refuse > 0:
+		p.refuse--
+		return &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: p.refuseCode, Message: p.refuseMessage}, true
+	case p.cut > 0:
+		p.cut--
+		return nil, true
 	}
-	p.refuse--
-	return &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: p.refuseCode, Message: p.refuseMessage}, true
+	return nil, false
 }
 
 // refuseSession reads client's startup message (declining TLS first if it asks) and answers
-// it with refusal.
+// it with refusal, or resets the connection if refusal is nil.
 func (p *Proxy) refuseSession(client net.Conn, refusal *pgproto3.ErrorResponse) {
 	defer p.wg.Done()
 	defer p.untrack(client)
@@ -127,6 +145,13 @@ func (p *Proxy) refuseSession(client net.Conn, refusal *pgproto3.ErrorResponse) 
 				return
 			}
 			continue
+		}
+		if refusal == nil {
+			// Closed with unread data or a zero linger, a TCP connection is reset.
+			if tcp, ok := client.(*net.TCPConn); ok {
+				_ = tcp.SetLinger(0)
+			}
+			return
 		}
 		backend.Send(refusal)
 		_ = backend.Flush()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,6 +139,33 @@ func TestRefuseNextRefusesSessionsWithTheCodeGiven(t *testing.T) {
 		require.Equal(t, "57P03", pgErr.Code)
 		require.Equal(t, "the database system is starting up", pgErr.Message)
 	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
+}
+
+// In front of PostgreSQL, the next session is reset as it starts, without an answer; the one
+// after reaches the server. (One: pgx follows a failed connect with a cancel request, a
+// connection of its own that a second cut could take.)
+func TestCutNextResetsSessionsAsTheyStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(testdb.DatabaseURL())
+	require.NoError(t, err)
+	p, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	require.NoError(t, err)
+	defer p.Close()
+	host, port, err := net.SplitHostPort(p.Addr())
+	require.NoError(t, err)
+	n, err := strconv.ParseUint(port, 10, 16)
+	require.NoError(t, err)
+	cfg.Host, cfg.Port = host, uint16(n)
+
+	p.CutNext(1)
+	_, err = pgx.ConnectConfig(ctx, cfg)
+	require.ErrorIs(t, err, syscall.ECONNRESET)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

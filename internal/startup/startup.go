@@ -6,6 +6,8 @@ package startup
 import (
 	"context"
 	"errors"
+	"io"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,15 +40,18 @@ func Retry(ctx context.Context, f func() error) error {
 // Unavailable reports whether err is the server ending or refusing a session for a while:
 // SQLSTATE 57P01 (terminated by an administrator: a restart, pg_terminate_backend), 57P02
 // (a crash of another backend), 57P03 (starting up or shutting down) or 57P05 (idle session
-// timeout). A new session may well succeed.
+// timeout), or a session cut without a word (reset, or closed, by the server or the network:
+// how a session ended while it connects can end). A new session may well succeed. A refused
+// connection is not one: nothing listens at that address.
 func Unavailable(err error) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "57P05":
+			return true
+		}
 		return false
 	}
-	switch pgErr.Code {
-	case "57P01", "57P02", "57P03", "57P05":
-		return true
-	}
-	return false
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
