@@ -137,7 +137,8 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 // that is not migrated to this version fails Start with an error wrapping
 // schema.ErrNotMigrated (or schema.ErrSchemaNewer, if a newer version migrated it). A server
 // that refuses or ends the start-up's session for a moment (restarting, shutting down,
-// terminating sessions: SQLSTATE 57P01-57P03, 57P05) is asked again for about 3 s.
+// terminating sessions: SQLSTATE 57P01-57P03, 57P05, or a session reset as it starts) is asked
+// again for about 3 s.
 func (w *Worker) Start(ctx context.Context) error {
 	w.lifecycle.Lock()
 	switch {
