@@ -72,7 +72,7 @@ func RunExec(ctx context.Context, command string, o Options, out io.Writer) erro
 		return err
 	}
 	defer r.killWorkers()
-	if err := r.startWorkers(); err != nil {
+	if err := r.startWorkers(ctx); err != nil {
 		return err
 	}
 	if err := r.injectFaults(ctx); err != nil {

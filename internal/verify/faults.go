@@ -28,7 +28,9 @@ type kill struct {
 }
 
 // injectFaults injects the faults, each when the run reaches its point, until the run drains
-// (and, in the hosts mode, each healed host has claimed again: see topUp).
+// (and, in the hosts mode, each healed host has claimed again: see topUp). Faults whose point
+// the run did not reach before it drained (held jobs are not settled; a fast drain outruns the
+// injector) are injected then, so that every run meets each of them.
 func (r *run) injectFaults(ctx context.Context) error {
 	plan := faults
 	if r.o.hosts != nil {
@@ -44,13 +46,14 @@ func (r *run) injectFaults(ctx context.Context) error {
 		if err := r.anyExited(); err != nil {
 			return err
 		}
-		if err == nil && pending == 0 && (r.o.hosts == nil || next == len(plan)) {
+		drained := err == nil && pending == 0
+		if drained && next == len(plan) {
 			return r.topUp(ctx)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("did not drain within %s (%d jobs pending)", r.o.Timeout, pending)
 		}
-		if err != nil || next == len(plan) || settled*100 < plan[next].at*total {
+		if err != nil || next == len(plan) || !drained && settled*100 < plan[next].at*total {
 			time.Sleep(progressPoll)
 			continue
 		}
@@ -112,7 +115,8 @@ func (r *run) inject(ctx context.Context, fault string, victim int) error {
 	return nil
 }
 
-// kill kills a worker with SIGKILL, noting when, and starts another in its place.
+// kill kills a worker with SIGKILL, noting when, and starts another in its place; it returns
+// once that one has started its worker, so that the next fault meets a running worker.
 func (r *run) kill(ctx context.Context, victim int) error {
 	pid := r.procs[victim].Process.Pid
 	_ = r.procs[victim].Process.Kill()
@@ -127,5 +131,5 @@ func (r *run) kill(ctx context.Context, victim int) error {
 	}
 	r.procs[victim] = p
 	r.res.kills++
-	return nil
+	return r.waitReady(ctx, p)
 }

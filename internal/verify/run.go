@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/url"
 	"os/exec"
@@ -78,7 +77,7 @@ func runOne(ctx context.Context, cluster *pgcluster.Cluster, o Options, pol stri
 		return r.res, err
 	}
 	defer r.killWorkers()
-	if err := r.startWorkers(); err != nil {
+	if err := r.startWorkers(ctx); err != nil {
 		return r.res, err
 	}
 	if err := r.enqueueGapFill(ctx); err != nil {
@@ -205,11 +204,70 @@ type workerProc struct {
 	*harness.Child
 	// stderr holds the end of its standard error (nil: not kept).
 	stderr *tail
+	// ready is closed once its worker has started (nil: not watched; see waitReady).
+	ready <-chan struct{}
 }
 
 // watch waits for cmd's exit in the background; cmd must not be waited for elsewhere.
 func watch(cmd *exec.Cmd, stderr *tail) *workerProc {
 	return &workerProc{Child: harness.Watch(cmd), stderr: stderr}
+}
+
+// ReadyLine is the line a worker process writes on its standard output once its worker has
+// started (WorkerCommand must write it).
+const ReadyLine = "ordered verify-worker: started"
+
+// readiness is a worker process's standard output: it closes ready when ReadyLine has been
+// written, and drops the rest (the output of the commands in the --exec runs).
+type readiness struct {
+	ready chan struct{}
+
+	mu   sync.Mutex
+	seen bool   // ReadyLine was written
+	line []byte // the current line, up to len(ReadyLine)+1 bytes
+}
+
+func newReadiness() *readiness { return &readiness{ready: make(chan struct{})} }
+
+func (w *readiness) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, b := range p {
+		if w.seen {
+			break
+		}
+		if b != '\n' {
+			if len(w.line) <= len(ReadyLine) {
+				w.line = append(w.line, b)
+			}
+			continue
+		}
+		if string(w.line) == ReadyLine {
+			w.seen = true
+			close(w.ready)
+		}
+		w.line = w.line[:0]
+	}
+	return len(p), nil
+}
+
+// waitReady waits until each of procs has started its worker. Faults are for running
+// workers: a worker that a PostgreSQL restart meets as it starts may find nothing listening
+// (connection refused) and exit, as a worker should when its database is not there.
+func (r *run) waitReady(ctx context.Context, procs ...*workerProc) error {
+	deadline := time.After(r.o.Timeout)
+	for _, p := range procs {
+		select {
+		case <-p.ready:
+		case <-p.Exited():
+			return r.anyExited()
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-deadline:
+			return fmt.Errorf("worker process %d did not start within %s", p.Process.Pid, r.o.Timeout)
+		}
+	}
+	return nil
 }
 
 // tail keeps the last tailMax bytes written to it.
@@ -262,12 +320,14 @@ func (r *run) spawn() (*workerProc, error) {
 		args = append(args, "--batch", strconv.Itoa(batchSize))
 	}
 	r.spawned++
-	stderr := &tail{}
-	cmd, err := harness.SpawnSelf(io.Discard, stderr, args...)
+	stderr, stdout := &tail{}, newReadiness()
+	cmd, err := harness.SpawnSelf(stdout, stderr, args...)
 	if err != nil {
 		return nil, err
 	}
-	return watch(cmd, stderr), nil
+	p := watch(cmd, stderr)
+	p.ready = stdout.ready
+	return p, nil
 }
 
 // workerArgs are the arguments of a worker process that connects to url.
@@ -283,7 +343,9 @@ func (r *run) workerArgs(url string) []string {
 	return args
 }
 
-func (r *run) startWorkers() error {
+// startWorkers starts the worker processes and, outside the hosts mode, waits until each
+// has started its worker.
+func (r *run) startWorkers(ctx context.Context) error {
 	if r.o.hosts != nil {
 		return r.startHostWorkers()
 	}
@@ -296,7 +358,7 @@ func (r *run) startWorkers() error {
 		}
 		r.procs[i] = p
 	}
-	return nil
+	return r.waitReady(ctx, r.procs...)
 }
 
 // killWorkers kills the workers, stalled ones too, and waits for them.

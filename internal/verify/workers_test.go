@@ -1,9 +1,11 @@
 package verify
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -26,4 +28,51 @@ func TestAnyExitedNamesAWorkerThatEndedOnItsOwn(t *testing.T) {
 	r.procs = append(r.procs, p)
 	<-p.Exited()
 	require.EqualError(t, r.anyExited(), fmt.Sprintf("worker process %d ended on its own (exit status 3; its last words: ordered: check schema: gone)", ended.Process.Pid))
+}
+
+// waitReady returns once a worker process has written ReadyLine, whatever came before it and
+// however its writes split it; a process that ends first fails the wait with its last words.
+func TestWaitReadyWaitsForTheReadyLine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := &run{o: Options{Timeout: time.Minute}}
+	start := func(script string) *workerProc {
+		stdout, stderr := newReadiness(), &tail{}
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		require.NoError(t, cmd.Start())
+		p := watch(cmd, stderr)
+		p.ready = stdout.ready
+		r.procs = append(r.procs, p)
+		return p
+	}
+	defer r.killWorkers()
+
+	// A command's output, a line that only begins like it, then the line in two writes; the
+	// process stays: it is ready, not ended.
+	ready := start(fmt.Sprintf("echo '{\"out\":1}'; echo '%[1]s, or not'; printf '%%s' '%[2]s'; sleep 0.1; printf '%%s\\n' '%[3]s'; exec sleep 600",
+		ReadyLine, ReadyLine[:10], ReadyLine[10:]))
+	require.NoError(t, r.waitReady(ctx, ready))
+	require.NoError(t, r.anyExited())
+
+	ended := start("echo 'ordered: connect: connection refused' >&2; exit 1")
+	require.EqualError(t, r.waitReady(ctx, ended), fmt.Sprintf("worker process %d ended on its own (exit status 1; its last words: ordered: connect: connection refused)", ended.Process.Pid))
+}
+
+// The ready line ends the watching: what a worker process writes after it is dropped.
+func TestReadinessDropsTheOutputAfterTheReadyLine(t *testing.T) {
+	t.Parallel()
+	w := newReadiness()
+	ready := w.ready
+	_, err := w.Write([]byte("x\n" + ReadyLine + "\n" + ReadyLine + "\n"))
+	require.NoError(t, err)
+	select {
+	case <-ready:
+	default:
+		t.Fatal("not ready after the ready line")
+	}
+	_, err = w.Write([]byte(ReadyLine + "\nmore\n"))
+	require.NoError(t, err, "a second ready line closes nothing twice")
+	require.Empty(t, w.line)
+	require.True(t, w.seen)
 }

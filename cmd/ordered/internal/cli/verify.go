@@ -102,7 +102,7 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 				return err
 			}
 			if command != "" {
-				return a.runWorker(cmd.Context(), a.verifyExecWorker(w, command, effects))
+				return a.runWorker(cmd.Context(), a.announceReady(a.verifyExecWorker(w, command, effects)))
 			}
 			setup := workerSetup{
 				client:  w.Config(quietLogger(a.stderr)),
@@ -112,7 +112,7 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 			if w.Batch > 0 {
 				setup.batchFor = w.BatchHandler
 			}
-			return a.runWorker(cmd.Context(), setup)
+			return a.runWorker(cmd.Context(), a.announceReady(setup))
 		},
 	}
 	f := cmd.Flags()
@@ -126,4 +126,22 @@ func (a *app) verifyWorkerCmd() *cobra.Command {
 	f.StringVar(&command, "exec", "", "run this command per job (see verify --exec)")
 	f.StringVar(&effects, "effects", "", "the file the command records its effects in")
 	return cmd
+}
+
+// announceReady makes the worker of s write verify.ReadyLine on standard output once it has
+// started: the chaos run injects its faults into running workers.
+func (a *app) announceReady(s workerSetup) workerSetup {
+	s.started = func(r workerRun) (func(), error) {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			select {
+			case <-r.running:
+				fmt.Fprintln(a.stdout, verify.ReadyLine)
+			case <-stop: // it did not start
+			}
+		}()
+		return func() { close(stop); <-done }, nil
+	}
+	return s
 }
