@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/internal/testdb"
@@ -19,7 +20,16 @@ func TestBatchOutcomeIsAskedAgainAfterADeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q := testdb.New(t)
-	c, err := NewClient(q.Pool, nil)
+	// The outcome, waiting first, is the one the deadlock check picks: PostgreSQL checks a
+	// wait once, deadlock_timeout after it began, so the outcome's check must come after the
+	// transaction's wait has closed the cycle (5 s: the test's next statement may be late on
+	// a busy machine), and the transaction's after the outcome's.
+	cfg := q.Pool.Config()
+	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "5s"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := NewClient(pool, nil)
 	require.NoError(t, err)
 	for _, key := range []string{"a", "b"} {
 		_, err := c.EnqueueMany(ctx, []Event{{Key: key, Seq: 1}, {Key: key, Seq: 2, MaxAttempts: 1}})
@@ -36,8 +46,7 @@ func TestBatchOutcomeIsAskedAgainAfterADeadlock(t *testing.T) {
 	tx, err := q.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	// The outcome, waiting first, is the one the deadlock check picks.
-	_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '10s'")
+	_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '60s'")
 	require.NoError(t, err)
 	_, err = c.EnqueueTx(ctx, tx, Event{Key: "b", Seq: 3}) // holds key b
 	require.NoError(t, err)

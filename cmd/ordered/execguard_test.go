@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,8 @@ func TestExecGuardEndsTheCommandAtItsFence(t *testing.T) {
 		{"passes", []time.Duration{300 * time.Millisecond}, "sleep 1000", 128 + 15, true},
 		{"moved on", []time.Duration{2 * time.Second, time.Hour}, "sleep 3; exit 5", 5, false},
 		{"moved back", []time.Duration{time.Hour, 300 * time.Millisecond}, "sleep 1000", 128 + 15, true},
-		{"exits 0 on SIGTERM", []time.Duration{300 * time.Millisecond}, "trap 'exit 0' TERM; sleep 1000 & wait", 0, true},
+		// The fence is written once the trap is set (the command has made $READY).
+		{"exits 0 on SIGTERM", []time.Duration{300 * time.Millisecond}, `trap 'exit 0' TERM; : >"$READY"; sleep 1000 & wait`, 0, true},
 		{"done before it", []time.Duration{time.Hour}, "exit 0", 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,10 +89,17 @@ func TestExecGuardEndsTheCommandAtItsFence(t *testing.T) {
 			defer result.Close()
 			cmd := exec.Command(cliBin, execguard.Name, "--grace", "1s", "--", c.command)
 			cmd.ExtraFiles = []*os.File{control, written}
+			ready := filepath.Join(t.TempDir(), "ready")
+			cmd.Env = append(os.Environ(), "READY="+ready)
 			start := time.Now()
 			require.NoError(t, cmd.Start())
 			control.Close()
 			written.Close()
+			if strings.Contains(c.command, "$READY") {
+				require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil },
+					time.Minute, 10*time.Millisecond, "the command did not start")
+				start = time.Now()
+			}
 			for _, f := range c.fences {
 				require.NoError(t, execguard.WriteFence(keep, start.Add(f)))
 			}
