@@ -98,7 +98,7 @@ func TestClaimBatchTakesConsecutiveJobsOfAKey(t *testing.T) {
 // settles nothing; RenewBatch renews every job's lease.
 func TestBatchSettlingIsFenced(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &ordered.Config{Lease: 2 * time.Second})
+	b := setup(t, &ordered.Config{Lease: time.Minute}) // leases end by hand
 	b.enqueue(t, "k", 1, 2, 3, 4, 5)
 	batches, err := b.client.ClaimBatch(b.ctx, 1, 5)
 	require.NoError(t, err)
@@ -115,8 +115,8 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 		require.True(t, before.Equal(j.LeaseUntil), "job %d: one lease", j.Seq)
 	}
 	// A renewal within a grain of the lease (a sixteenth of it: ordered_lease_end) leaves its
-	// end as it was: the lease is made a second older by hand, so the renewal must move it.
-	require.NoError(t, b.pool.QueryRow(b.ctx, `UPDATE ordered_heads SET lease_until = lease_until - interval '1 second'
+	// end as it was: the lease is made half a minute older by hand, so the renewal must move it.
+	require.NoError(t, b.pool.QueryRow(b.ctx, `UPDATE ordered_heads SET lease_until = lease_until - interval '30 seconds'
 		WHERE job_id = $1 AND state = 'running' RETURNING lease_until`, batch[0].ID).Scan(&before))
 	require.NoError(t, b.client.RenewBatch(b.ctx, batch))
 	var renewed, renewedJobs int
@@ -146,7 +146,7 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 	// Its lease runs out and another batch claim recovers it from its head, alone.
 	_, err = b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond' WHERE state = 'running'`)
 	require.NoError(t, err)
-	other := b.newClient(t, &ordered.Config{Lease: 2 * time.Second})
+	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
 	batches, err = other.ClaimBatch(b.ctx, 1, 5)
 	require.NoError(t, err)
 	require.Len(t, batches, 1)
@@ -190,7 +190,7 @@ func TestBatchSettlingIsFenced(t *testing.T) {
 // failed, the jobs beside it spend one each, and the key goes back to batches after it.
 func TestBatchPoisonJobSpendsOnlyItsOwnAttempts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &ordered.Config{Lease: 2 * time.Second, MaxAttempts: 3, Policy: policy.Always(policy.Skip)})
+	b := setup(t, &ordered.Config{Lease: time.Minute, MaxAttempts: 3, Policy: policy.Always(policy.Skip)}) // crashes end leases by hand
 	b.enqueue(t, "k", 1, 2, 3, 4, 5, 6)
 	batches, err := b.client.ClaimBatch(b.ctx, 1, 4)
 	require.NoError(t, err)

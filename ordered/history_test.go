@@ -30,8 +30,11 @@ type keyHistory struct {
 // completions in seq order; every job must end done or failed, none lost or done twice.
 func TestRandomizedConcurrentHistoryKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
+	// Crashes are recovered when their lease ends for real; a lease of a few seconds keeps a
+	// stall of the test process from ending those of live claims too.
+	const lease = 4 * time.Second
 	b := setup(t, &ordered.Config{
-		Lease:   2 * time.Second,
+		Lease:   lease,
 		Policy:  policy.Always(policy.Skip),
 		Backoff: policy.Exponential{Base: time.Millisecond, Max: 20 * time.Millisecond},
 	})
@@ -86,7 +89,7 @@ func TestRandomizedConcurrentHistoryKeepsKeyOrder(t *testing.T) {
 			defer workersWG.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 2))
 			c := b.newClient(t, &ordered.Config{
-				Lease: 2 * time.Second, Policy: policy.Always(policy.Skip),
+				Lease: lease, Policy: policy.Always(policy.Skip),
 				Backoff: policy.Exponential{Base: time.Millisecond, Max: 20 * time.Millisecond},
 			})
 			for {

@@ -80,7 +80,9 @@ func TestMetricsLabelsTellTwoQueuesApartOnOneRegisterer(t *testing.T) {
 	startWorker(t, c, c.client, ok, cfg("c"))
 	waitFor(t, 20*time.Second, "each queue's done gauge", func() bool {
 		return metricValue(t, reg, "ordered_jobs", "queue", "a", "status", "done") == 3 &&
-			metricValue(t, reg, "ordered_jobs", "queue", "c", "status", "done") == 1
+			metricValue(t, reg, "ordered_jobs", "queue", "c", "status", "done") == 1 &&
+			metricValue(t, reg, "ordered_completions_total", "queue", "a") == 3 &&
+			metricValue(t, reg, "ordered_completions_total", "queue", "c") == 1
 	})
 	require.Equal(t, 3.0, metricValue(t, reg, "ordered_completions_total", "queue", "a"))
 	require.Equal(t, 1.0, metricValue(t, reg, "ordered_completions_total", "queue", "c"))

@@ -257,8 +257,9 @@ func TestWorkerWakeUpWhileFullIsNotLost(t *testing.T) {
 func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	// Short enough to outlive twice within the test, long enough that renewals a few hundred
-	// milliseconds late on a loaded machine still keep it.
+	// Short enough to outlive twice within the test; renewed every 100 ms and fenced 100 ms
+	// before it would run out (StopGrace), so that only a stall of the test process of about
+	// 2.4 s would lose it.
 	const lease = 3 * time.Second
 	c := b.newClient(t, &ordered.Config{Lease: lease})
 	ids := b.enqueue(t, "a", 1, 2)
@@ -273,10 +274,15 @@ func TestWorkerJobWaitingForASlotKeepsItsLease(t *testing.T) {
 		mu.Unlock()
 		if j.Key == "b" {
 			close(bRunning)
-			<-release
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
 		}
 		return nil
-	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond})
+	}), &ordered.WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, StopGrace: 100 * time.Millisecond})
 	b.parkNextJob(t, tx, bRunning, ids[1])
 
 	other := b.newClient(t, &ordered.Config{Lease: lease})

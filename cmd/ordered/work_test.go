@@ -656,8 +656,8 @@ func TestWorkRenewedCommandOutlivesItsFirstFence(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
-	// The first fence: 3s less a tenth and the grace, 2.2s after the claim.
-	w := startCLIWorker(t, q, "--lease", "3s", "--kill-grace", "500ms", "--exec", "sleep 5")
+	// The first fence: 6s less a tenth and the grace, 4.9s after the claim; renewals every 2s.
+	w := startCLIWorker(t, q, "--lease", "6s", "--kill-grace", "500ms", "--exec", "sleep 8")
 	require.Eventually(t, func() bool { return jobStatesAre(q.Pool, "k/1 done attempts=1") },
 		30*time.Second, 20*time.Millisecond, "worker stderr:\n%s", w.stderr())
 }
