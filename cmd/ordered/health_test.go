@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,13 +42,9 @@ func TestWorkHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
 	through, proxy := proxied(t, q)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-
-	w := startCLI(t, "work", "--database-url", through.URL, "--poll", "50ms", "--metrics-addr", addr,
+	w := startCLI(t, "work", "--database-url", through.URL, "--poll", "50ms", "--metrics-addr", "127.0.0.1:0",
 		"--exec", `echo $$ > "$ORDERED_TEST_DIR/pid"; while [ ! -e "$ORDERED_TEST_DIR/release" ]; do sleep 0.05; done`)
+	addr := w.metricsAddr(t)
 	requireProbe := func(path string, code int, body string) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -90,6 +89,22 @@ func startCLIWorkerVia(t *testing.T, q *orderedtest.Queue, launcher, env []strin
 func (p *cliProc) stderr() string {
 	b, _ := os.ReadFile(filepath.Join(p.dir, "worker.stderr"))
 	return string(b)
+}
+
+// metricsAddr is the address that a worker started with --metrics-addr 127.0.0.1:0 logged it
+// serves on.
+func (p *cliProc) metricsAddr(t *testing.T) string {
+	t.Helper()
+	serving := regexp.MustCompile(`msg="ordered: serving /metrics, /healthz and /readyz" addr=(127\.0\.0\.1:[1-9]\d*)`)
+	var addr string
+	require.Eventually(t, func() bool {
+		m := serving.FindStringSubmatch(p.stderr())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, time.Minute, 20*time.Millisecond, "no address logged; stderr:\n%s", p.stderr())
+	return addr
 }
 
 // file reads a file the commands wrote in the scratch directory ("" when there is none).
@@ -514,12 +529,8 @@ func TestWorkMetricsAddr(t *testing.T) {
 	t.Parallel()
 	q := orderedtest.New(t)
 	enqueueCLI(t, q, `{"key":"k","seq":1}`+"\n")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-
-	w := startCLIWorker(t, q, "--exec", "true", "--metrics-addr", addr)
+	w := startCLIWorker(t, q, "--exec", "true", "--metrics-addr", "127.0.0.1:0")
+	addr := w.metricsAddr(t)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -16,15 +16,16 @@ const readyPingTimeout = 2 * time.Second
 
 // metricsAddrUsage is the help of work's --metrics-addr.
 const metricsAddrUsage = "serve Prometheus /metrics, /healthz (liveness: 200 until stopped) and /readyz " +
-	"(readiness: 503 with the reason while starting or draining, or when the database does not answer a ping within 2s) on this address"
+	"(readiness: 503 with the reason while starting or draining, or when the database does not answer a ping within 2s) on this address " +
+	"(port 0: a free port, logged)"
 
 // serveMetrics serves the worker's metrics and its probes on addr until the returned server
-// is closed. /healthz is liveness: it does not ask the database, so that an outage does not
+// is closed; listening is the address it listens on (addr with its port, if that was 0). /healthz is liveness: it does not ask the database, so that an outage does not
 // get every worker restarted. /readyz is readiness: it pings the database on every request.
-func serveMetrics(addr string, reg *prometheus.Registry, r workerRun) (*http.Server, error) {
+func serveMetrics(addr string, reg *prometheus.Registry, r workerRun) (srv *http.Server, listening string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
+		return nil, "", fmt.Errorf("--metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -43,9 +44,9 @@ func serveMetrics(addr string, reg *prometheus.Registry, r workerRun) (*http.Ser
 		}
 		fmt.Fprintln(rw, "ok")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return srv, nil
+	return srv, ln.Addr().String(), nil
 }
 
 // notReady says in one line why the worker should get no traffic, or returns "" when it is

@@ -129,11 +129,11 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 			if w.metricsAddr == "" {
 				return func() {}, nil
 			}
-			srv, err := serveMetrics(w.metricsAddr, reg, r)
+			srv, addr, err := serveMetrics(w.metricsAddr, reg, r)
 			if err != nil {
 				return nil, err
 			}
-			logger.Info("ordered: serving /metrics, /healthz and /readyz", "addr", w.metricsAddr)
+			logger.Info("ordered: serving /metrics, /healthz and /readyz", "addr", addr)
 			return func() { srv.Close() }, nil
 		},
 	})
