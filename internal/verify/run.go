@@ -218,13 +218,14 @@ func watch(cmd *exec.Cmd, stderr *tail) *workerProc {
 const ReadyLine = "ordered verify-worker: started"
 
 // readiness is a worker process's standard output: it closes ready when ReadyLine has been
-// written, and drops the rest (the output of the commands in the --exec runs).
+// written, and drops the rest. The output of the commands in the --exec runs shares it: a line
+// that ends with ReadyLine counts, as a command may have left its last line unfinished.
 type readiness struct {
 	ready chan struct{}
 
 	mu   sync.Mutex
 	seen bool   // ReadyLine was written
-	line []byte // the current line, up to len(ReadyLine)+1 bytes
+	line []byte // the end of the current line, at most len(ReadyLine) bytes
 }
 
 func newReadiness() *readiness { return &readiness{ready: make(chan struct{})} }
@@ -237,9 +238,10 @@ func (w *readiness) Write(p []byte) (int, error) {
 			break
 		}
 		if b != '\n' {
-			if len(w.line) <= len(ReadyLine) {
-				w.line = append(w.line, b)
+			if len(w.line) == len(ReadyLine) {
+				w.line = append(w.line[:0], w.line[1:]...)
 			}
+			w.line = append(w.line, b)
 			continue
 		}
 		if string(w.line) == ReadyLine {
