@@ -555,6 +555,35 @@ func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
 	}
 }
 
+// Called qualified with its schema, an enqueue function enqueues to that schema's queue
+// whatever the caller's search_path: with another queue first on it, or no queue on it at all.
+func TestEnqueueSQLFunctionsRunInTheirQueuesSchema(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, nil), setup(t, nil)
+	qb := pgx.Identifier{b.queue.Schema}.Sanitize()
+	conn, err := a.pool.Acquire(a.ctx) // its search_path: a's schema
+	require.NoError(t, err)
+	defer conn.Release()
+	for seq, path := range map[int64]string{1: "", 2: "pg_catalog"} {
+		if path != "" {
+			_, err := conn.Exec(a.ctx, `SELECT set_config('search_path', $1, false)`, path)
+			require.NoError(t, err)
+		}
+		_, err := conn.Exec(a.ctx, `SELECT * FROM `+qb+`.ordered_enqueue($1::jsonb)`,
+			fmt.Sprintf(`[{"key":"json","seq":%d}]`, seq))
+		require.NoError(t, err, "search_path %q", path)
+		_, err = conn.Exec(a.ctx, `SELECT * FROM `+qb+`.ordered_enqueue_events(
+			ARRAY[ROW('rows', $1::bigint, NULL, NULL, NULL, NULL)::`+qb+`.ordered_event])`, seq)
+		require.NoError(t, err, "search_path %q", path)
+		_, err = conn.Exec(a.ctx, `RESET search_path`)
+		require.NoError(t, err)
+	}
+	require.Zero(t, a.jobRowCount(t), "enqueued to the queue first on the search_path")
+	for _, key := range []string{"json", "rows"} {
+		require.Equal(t, []string{"1:queued:0", "2:queued:0"}, b.jobsOf(t, key))
+	}
+}
+
 // ordered_enqueue names a number of the wrong form by its form: an integer of any length
 // beyond the column's range is out of range, as the CLI says, and a number with a fraction
 // is not an integer.

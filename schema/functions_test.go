@@ -27,7 +27,7 @@ type definition struct {
 
 var (
 	createRE = regexp.MustCompile(`(?m)^CREATE OR REPLACE FUNCTION (\w+)\(`)
-	setRE    = regexp.MustCompile(`(?m)^SET (\w+) = (\S+)$`)
+	setRE    = regexp.MustCompile(`(?m)^SET (\w+) (?:= (\S+)|FROM CURRENT)$`)
 	dropRE   = regexp.MustCompile(`(?mi)^\s*DROP\s`)
 )
 
@@ -59,7 +59,13 @@ func TestFunctionsMatchTheirFiles(t *testing.T) {
 	require.NoError(t, err)
 	files := map[string]definition{}
 	for _, f := range fns {
-		files[f.Name] = parseDefinition(t, f)
+		d := parseDefinition(t, f)
+		for i, c := range d.config {
+			if c == "search_path=" { // SET search_path FROM CURRENT: the migrator's, the queue's schema
+				d.config[i] += q.Schema
+			}
+		}
+		files[f.Name] = d
 	}
 
 	rows, err := q.Pool.Query(ctx, `SELECT p.proname, p.prosrc, coalesce(p.proconfig, '{}')

@@ -125,6 +125,10 @@ const (
 ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()`
 	forgetFunctionsSQL = `DELETE FROM ordered_functions WHERE name <> ALL ($1::text[])`
 
+	// The functions that producers call from sessions of their own keep the search_path in
+	// force when they are created (SET search_path FROM CURRENT): the queue's schema alone.
+	pinSearchPathSQL = `SELECT set_config('search_path', quote_ident(current_schema()), true)`
+
 	// A function may call one defined in a later file: the bodies are checked once all exist.
 	bodiesUncheckedSQL = `SET LOCAL check_function_bodies = off`
 	bodiesCheckedSQL   = `SET LOCAL check_function_bodies = on`
@@ -264,6 +268,9 @@ func applyFunctions(ctx context.Context, tx pgx.Tx, fns []Function) ([]string, e
 	}
 	if len(changed) == 0 && gone == 0 {
 		return nil, nil
+	}
+	if _, err := tx.Exec(ctx, pinSearchPathSQL); err != nil {
+		return nil, fmt.Errorf("ordered: migrate: %w", err)
 	}
 	for _, check := range []string{bodiesUncheckedSQL, bodiesCheckedSQL} {
 		if _, err := tx.Exec(ctx, check); err != nil {

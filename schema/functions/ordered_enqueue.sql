@@ -6,7 +6,8 @@
 -- refused here, with ORD07 naming the event and the field: an element that is not an object,
 -- a field of another name, a field of the wrong type (a seq that is not a 64-bit integer, a
 -- run_at that is not an RFC 3339 time PostgreSQL can store). Those of an event are reported
--- before the problems of its values, and after every problem of an earlier event.
+-- before the problems of its values, and after every problem of an earlier event. It runs in
+-- the queue's schema, as ordered_enqueue_events does.
 --
 -- p_first_seq, p_gap_action and p_gap_timeout make the call's keys contiguous, as they do for
 -- ordered_enqueue_events.
@@ -23,6 +24,7 @@ CREATE OR REPLACE FUNCTION ordered_enqueue(p_events jsonb,
 RETURNS TABLE (ord integer, id bigint, duplicate boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_events ordered_event[];

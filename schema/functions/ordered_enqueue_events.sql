@@ -1,7 +1,9 @@
 -- ordered_enqueue_events enqueues a batch of events in the caller's transaction, all or nothing,
 -- and returns one row per event in the order given: its position (ord, from 1), its job's id,
 -- and whether the event was a duplicate (nothing written). It is the interface for producers
--- in any language; docs/sql.md documents it. p_max_key_bytes (keys and kinds),
+-- in any language; docs/sql.md documents it. It runs in the queue's schema whatever the
+-- caller's search_path (the one it was created with: the queue's schema alone), so a call
+-- qualified with a schema enqueues to that schema's queue. p_max_key_bytes (keys and kinds),
 -- p_max_payload_bytes (payload::text; null: no limit) and p_max_attempts (the default of an
 -- event that sets none, or 0) have the Go client's defaults; the Go client passes its Config.
 --
@@ -43,6 +45,7 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET jit = off
 SET enable_bitmapscan = off
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_events ordered_enqueue_item[];
