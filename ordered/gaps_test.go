@@ -490,10 +490,22 @@ func TestSQLEnqueueContiguous(t *testing.T) {
 		`p_first_seq => 1, p_gap_action => 'later'`,
 		`p_first_seq => 1, p_gap_action => 'proceed'`,
 		`p_first_seq => 1, p_gap_timeout => '1 minute'`,
+		// A gap policy without p_first_seq, which would leave the key in the default mode.
+		`p_gap_timeout => '1 minute'`,
+		`p_gap_action => 'block', p_gap_timeout => '1 minute'`,
+		`p_gap_action => 'bogus'`,
+		`p_gap_action => NULL`,
 	} {
-		_, err = b.pool.Exec(b.ctx, `SELECT * FROM ordered_enqueue('[{"key": "z", "seq": 1}]', `+bad+`)`)
-		require.ErrorContains(t, err, "ordered: p_", bad)
+		for _, call := range []string{`ordered_enqueue('[{"key": "z", "seq": 1}]', `,
+			`ordered_enqueue_events(ARRAY[ROW('z', 1, '', '{}', NULL, NULL)::ordered_event], `} {
+			_, err = b.pool.Exec(b.ctx, `SELECT * FROM `+call+bad+`)`)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, bad)
+			require.Equal(t, "22023", pgErr.Code, bad)
+			require.Contains(t, pgErr.Message, "ordered: p_", bad)
+		}
 	}
+	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_keys WHERE key = 'z'`))
 }
 
 // Many producers, each on its own connection, enqueue the same contiguous keys' events in

@@ -84,6 +84,11 @@ BEGIN
     ELSIF p_first_seq < 0 THEN
         RAISE EXCEPTION 'ordered: p_first_seq must be 0 or more (or null: the default mode), not %', p_first_seq
             USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_first_seq IS NULL AND (p_gap_action IS DISTINCT FROM 'wait' OR p_gap_timeout IS NOT NULL) THEN
+        -- A gap policy given for the default mode would be dropped without a word.
+        RAISE EXCEPTION 'ordered: p_gap_action and p_gap_timeout apply to contiguous keys only: set p_first_seq, or leave them out for the default mode (p_gap_action %, p_gap_timeout %)',
+            coalesce(p_gap_action, 'null'), coalesce(p_gap_timeout::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
     ELSIF p_first_seq IS NOT NULL AND (p_gap_action IS NULL OR p_gap_action NOT IN ('wait', 'proceed', 'block')) THEN
         RAISE EXCEPTION 'ordered: p_gap_action must be wait, proceed or block, not %', coalesce(p_gap_action, 'null')
             USING ERRCODE = 'invalid_parameter_value';
