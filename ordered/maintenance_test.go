@@ -57,6 +57,25 @@ func TestArchiveDeletesDoneJobsInBatches(t *testing.T) {
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'k0'`))
 }
 
+// Archival passes over a key's failed jobs, however many: the done jobs above them are
+// archived, in a batch smaller than the failed jobs below them.
+func TestArchivePassesOverFailedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, skipPolicyCfg())
+	b.enqueue(t, "k", 1, 2, 3, 4, 5)
+	for seq := range int64(3) {
+		_, out := b.failNextHead(t, "k", seq+1, errors.New("poison"))
+		require.Equal(t, ordered.OutcomeSkipped, out)
+	}
+	for range 2 {
+		require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	}
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []string{"1:failed:1", "2:failed:1", "3:failed:1"}, b.jobsOf(t, "k"))
+}
+
 // An event at or below a key's archived history whose job is no longer stored is taken as
 // archived: a no-op reported as Duplicate and Archived, with no id, whatever its content (it
 // cannot be compared) and whether or not it was ever sent (that cannot be told), and it never

@@ -7,7 +7,7 @@
 -- p_limit jobs or visited 100,000 keys. Of each key it deletes the old done jobs of its
 -- finished history (below its head, or all of it for a key with no open job) in seq order,
 -- up to the first done job that is not old enough (a key's jobs finish in seq order), reading at
--- most p_limit of its jobs. Failed jobs are kept and passed. Key rows are locked in key order,
+-- most p_limit of its done jobs. Failed jobs are kept and passed over, however many there are. Key rows are locked in key order,
 -- as enqueue locks them, skipping those another transaction holds, so archivers and enqueuers
 -- never deadlock; one archiver works at a time (the others return 0). Its plans are pinned to
 -- index scans: a queue table's statistics lag behind its churn.
@@ -64,14 +64,13 @@ BEGIN
             SELECT j.id FROM locked AS l
             CROSS JOIN LATERAL (
                 SELECT p.id FROM (
-                    SELECT o.id, o.status,
-                           bool_and(o.status <> 'done' OR o.finished_at < v_cutoff) OVER (ORDER BY o.seq) AS old
+                    SELECT o.id, bool_and(o.finished_at < v_cutoff) OVER (ORDER BY o.seq) AS old
                     FROM ordered_jobs AS o
-                    WHERE o.key = l.key AND o.seq > l.archived_seq
+                    WHERE o.key = l.key AND o.seq > l.archived_seq AND o.status = 'done'
                       AND (l.closed_to IS NULL OR o.seq <= l.closed_to)
                     ORDER BY o.seq
                     LIMIT p_limit) AS p
-                WHERE p.old AND p.status = 'done') AS j
+                WHERE p.old) AS j
             LIMIT p_limit - v_n
         ), deleted AS (
             DELETE FROM ordered_jobs AS j WHERE j.id IN (SELECT o.id FROM old AS o)
