@@ -20,7 +20,9 @@ const (
 	MaxAttemptsDefault = 25
 
 	MaxKeyBytesDefault = 255
-	MaxKeyBytesMax     = 4096
+	// MaxKeyBytesMax keeps a key, with a seq beside it, within what a btree index entry holds
+	// (about 2,700 bytes) however little it compresses.
+	MaxKeyBytesMax = 2048
 
 	MaxPayloadBytesDefault = 1 << 20
 	MaxPayloadBytesMax     = 64 << 20

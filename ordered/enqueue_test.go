@@ -2,7 +2,9 @@ package ordered_test
 
 import (
 	"context"
+	crand "crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -553,6 +555,31 @@ func TestEnqueueSQLFunctionsRaiseDuplicateConflict(t *testing.T) {
 			DELETE FROM ordered_keys WHERE key = 'new'`)
 		require.NoError(t, err)
 	}
+}
+
+// A key of MaxKeyBytesMax bytes that do not compress is stored, by the Go client and by the
+// SQL functions, and fits every index it enters; a larger limit is refused up front.
+func TestLongestKeyFitsItsIndexes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &ordered.Config{MaxKeyBytes: ordered.MaxKeyBytesMax})
+	random := func(tag string) string {
+		raw := make([]byte, ordered.MaxKeyBytesMax)
+		_, err := crand.Read(raw)
+		require.NoError(t, err)
+		return (tag + base64.StdEncoding.EncodeToString(raw))[:ordered.MaxKeyBytesMax]
+	}
+	_, err := b.client.Enqueue(b.ctx, ordered.Event{Key: random("go"), Seq: 1})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `SELECT * FROM ordered_enqueue(jsonb_build_array(jsonb_build_object('key', $1::text, 'seq', 1)),
+		p_max_key_bytes => $2)`, random("sql"), ordered.MaxKeyBytesMax)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `SELECT * FROM ordered_enqueue('[{"key":"k","seq":1}]', p_max_key_bytes => $1)`,
+		ordered.MaxKeyBytesMax+1)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "22023", pgErr.Code)
+	require.EqualValues(t, 2, b.jobRowCount(t))
+	require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)), "a head and a done job with the key")
 }
 
 // Called qualified with its schema, an enqueue function enqueues to that schema's queue

@@ -72,8 +72,9 @@ DECLARE
 BEGIN
     IF coalesce(cardinality(p_events), 0) = 0 THEN
         RETURN; -- an empty call (or a null array) enqueues nothing
-    ELSIF p_max_key_bytes IS NULL OR p_max_key_bytes < 1 THEN
-        RAISE EXCEPTION 'ordered: p_max_key_bytes must be at least 1, not %', coalesce(p_max_key_bytes::text, 'null')
+    ELSIF p_max_key_bytes IS NULL OR p_max_key_bytes NOT BETWEEN 1 AND 2048 THEN
+        -- 2048: the Go client's MaxKeyBytesMax, what a btree index entry holds with a seq.
+        RAISE EXCEPTION 'ordered: p_max_key_bytes must be between 1 and 2048, not %', coalesce(p_max_key_bytes::text, 'null')
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF p_max_payload_bytes < 1 THEN
         RAISE EXCEPTION 'ordered: p_max_payload_bytes must be at least 1 (or null: no limit), not %', p_max_payload_bytes
