@@ -21,11 +21,15 @@ import (
 	"github.com/orderedq/ordered/policy"
 )
 
+// MaxSeq is the largest seq of an event: the seq after it, which a key's bookkeeping holds
+// (the next seq of a contiguous key, the first seq above a finished one), must fit a bigint.
+const MaxSeq = math.MaxInt64 - 1
+
 // Event is one event to enqueue. Its key's events run one at a time, in Seq order.
 type Event struct {
 	// Key groups events that must run in order: a customer, an account, a conversation.
 	Key string
-	// Seq is the producer's sequence number within Key (0 or more). The pair (Key, Seq) is the
+	// Seq is the producer's sequence number within Key (0 to MaxSeq). The pair (Key, Seq) is the
 	// event's identity: enqueuing it again with the same content is a no-op, with different
 	// content an error (see ErrDuplicateConflict).
 	Seq int64
@@ -458,6 +462,8 @@ func (c *Client) validateEvent(i int, ev Event) error {
 		return bad("key", "contains the control character %U", firstControl(ev.Key))
 	case ev.Seq < 0:
 		return bad("seq", "negative")
+	case ev.Seq > MaxSeq:
+		return bad("seq", "out of range (0 to %d)", int64(MaxSeq))
 	case !utf8.ValidString(ev.Kind):
 		return bad("kind", "not valid UTF-8")
 	case strings.ContainsRune(ev.Kind, 0):

@@ -160,6 +160,8 @@ func TestEnqueueInvalidEventsAreRejectedAndWriteNothing(t *testing.T) {
 		// 5 runes but 10 bytes: the limit is in bytes.
 		{"multibyte key over MaxKeyBytes", ordered.Event{Key: "ééééé", Seq: 1}, "key"},
 		{"negative seq", ordered.Event{Key: "k", Seq: -1}, "seq"},
+		// The seq after a key's last must fit a bigint.
+		{"seq over MaxSeq", ordered.Event{Key: "k", Seq: ordered.MaxSeq + 1}, "seq"},
 		{"payload not JSON", ordered.Event{Key: "k", Seq: 1, Payload: json.RawMessage(`{"a":`)}, "payload"},
 		{"payload over MaxPayloadBytes", ordered.Event{Key: "k", Seq: 1, Payload: bigPayload}, "payload"},
 		{"negative max_attempts", ordered.Event{Key: "k", Seq: 1, MaxAttempts: -1}, "max_attempts"},
@@ -618,9 +620,10 @@ func TestEnqueueSQLJSONNamesNumbersOutOfRange(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	for _, tc := range []struct{ event, field, problem string }{
-		{`{"key":"a","seq":9223372036854775808}`, "seq", "out of range (0 to 9223372036854775807)"},
-		{`{"key":"a","seq":123456789012345678901234567890}`, "seq", "out of range (0 to 9223372036854775807)"},
-		{`{"key":"a","seq":-9223372036854775809}`, "seq", "out of range (0 to 9223372036854775807)"},
+		{`{"key":"a","seq":9223372036854775807}`, "seq", "out of range (0 to 9223372036854775806)"},
+		{`{"key":"a","seq":9223372036854775808}`, "seq", "out of range (0 to 9223372036854775806)"},
+		{`{"key":"a","seq":123456789012345678901234567890}`, "seq", "out of range (0 to 9223372036854775806)"},
+		{`{"key":"a","seq":-9223372036854775809}`, "seq", "out of range (0 to 9223372036854775806)"},
 		{`{"key":"a","seq":1.5}`, "seq", "not an integer"},
 		{`{"key":"a","seq":7.0}`, "seq", "not an integer"},
 		{`{"key":"a","seq":1,"max_attempts":123456789012345678901234567890}`, "max_attempts",

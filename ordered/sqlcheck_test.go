@@ -26,6 +26,7 @@ func TestDatabaseRefusesInvalidEventsAsTheClientDoes(t *testing.T) {
 		{"key over the limit", ordered.Event{Key: strings.Repeat("k", 11), Seq: 1}},
 		{"control character in key", ordered.Event{Key: "a\u009fb", Seq: 1}},
 		{"negative seq", ordered.Event{Key: "k", Seq: -3}},
+		{"seq over MaxSeq", ordered.Event{Key: "k", Seq: ordered.MaxSeq + 1}},
 		{"control character in kind", ordered.Event{Key: "k", Seq: 1, Kind: "a\tb"}},
 		{"kind over the limit", ordered.Event{Key: "k", Seq: 1, Kind: strings.Repeat("x", 11)}},
 		{"run_at beyond 9999", ordered.Event{Key: "k", Seq: 1, RunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}},

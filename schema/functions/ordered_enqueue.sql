@@ -84,7 +84,7 @@ BEGIN
             ARRAY[(SELECT min(k) FROM jsonb_object_keys(e.v - '{key,seq,kind,payload,run_at,max_attempts}'::text[]) AS k),
                   'unknown field (the fields are key, seq, kind, payload, run_at and max_attempts)']
         WHEN t.key <> 'null' AND t.key <> 'string' THEN ARRAY['key', 'not a string']
-        WHEN NOT f.seq_ok THEN ARRAY['seq', 'out of range (0 to 9223372036854775807)']
+        WHEN NOT f.seq_ok THEN ARRAY['seq', 'out of range (0 to 9223372036854775806)']
         WHEN t.seq <> 'null' AND f.seq_ok IS NULL THEN ARRAY['seq', 'not an integer']
         WHEN t.kind <> 'null' AND t.kind <> 'string' THEN ARRAY['kind', 'not a string']
         WHEN t.run_at <> 'null' AND NOT coalesce(f.run_at_ok, false) THEN ARRAY['run_at', 'not an RFC 3339 time']

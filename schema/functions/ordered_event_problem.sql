@@ -26,6 +26,8 @@ SELECT CASE
               || upper(lpad(to_hex(ascii(substring(p_key FROM '[\u0001-\u001f\u007f-\u009f]'))), 4, '0'))]
     WHEN p_seq IS NULL THEN ARRAY['seq', 'missing']
     WHEN p_seq < 0 THEN ARRAY['seq', 'negative']
+    -- The Go client's MaxSeq: the seq after it must fit a bigint.
+    WHEN p_seq > 9223372036854775806 THEN ARRAY['seq', 'out of range (0 to 9223372036854775806)']
     WHEN p_kind ~ '[\u0001-\u001f\u007f-\u009f]' THEN
         ARRAY['kind', 'contains the control character U+'
               || upper(lpad(to_hex(ascii(substring(p_kind FROM '[\u0001-\u001f\u007f-\u009f]'))), 4, '0'))]

@@ -209,7 +209,7 @@ func eventOf(values [len(eventFields)]json.RawMessage) (ordered.Event, error) {
 		return ev, errors.New("missing seq")
 	}
 	if ev.Seq, err = strconv.ParseInt(string(seq), 10, 64); errors.Is(err, strconv.ErrRange) {
-		return ev, fmt.Errorf("seq %s is out of range (0 to %d)", truncateBytes(seq, 32), int64(math.MaxInt64))
+		return ev, fmt.Errorf("seq %s is out of range (0 to %d)", truncateBytes(seq, 32), int64(ordered.MaxSeq))
 	} else if err != nil {
 		return ev, fmt.Errorf("seq %s is not an integer", truncateBytes(seq, 32))
 	}
