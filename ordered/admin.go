@@ -210,22 +210,45 @@ func deref(s *string) string {
 type ArchiveParams struct {
 	// OlderThan keeps jobs finished more recently than this; 0 archives every done job.
 	OlderThan time.Duration
-	// Limit bounds the jobs deleted by the call; default ArchiveBatchDefault.
+	// Limit bounds the jobs deleted by one statement; default ArchiveBatchDefault.
 	Limit int
+	// All archives batch after batch until archival has been round every key (waiting for
+	// another archiver's batch rather than passing): every done job old enough is deleted
+	// but those of keys a producer holds at that moment. Without it, Archive deletes one
+	// batch, and nothing if another archiver is at work.
+	All bool
 }
 
-// ArchiveBatchDefault is how many finished jobs one Archive call deletes at most.
+// ArchiveBatchDefault is how many finished jobs one Archive statement deletes at most.
 const ArchiveBatchDefault = 1000
 
-// Archive deletes one bounded batch of done jobs (failed jobs are kept for investigation) and
-// returns how many it deleted; call it until it returns fewer than the limit. Each key
-// remembers the highest seq archived, so a producer that re-sends an archived event gets a
-// no-op (EnqueueResult.Archived) rather than running it again. Safe to run from many
-// processes at once.
+// Archive deletes done jobs (failed jobs are kept for investigation), one bounded batch or,
+// with All, every one, and returns how many it deleted. Each key remembers the highest seq
+// archived, so a producer that re-sends an archived event gets a no-op
+// (EnqueueResult.Archived) rather than running it again. Safe to run from many processes at
+// once.
 func (c *Client) Archive(ctx context.Context, p ArchiveParams) (int, error) {
-	n, err := store.JobArchive(ctx, c.db, max(p.OlderThan, 0), cmpOr(p.Limit, ArchiveBatchDefault))
+	olderThan, limit := max(p.OlderThan, 0), cmpOr(p.Limit, ArchiveBatchDefault)
+	if !p.All {
+		n, _, err := store.JobArchive(ctx, c.db, olderThan, limit, false, nil)
+		if err != nil {
+			return 0, fmt.Errorf("ordered: archive: %w", err)
+		}
+		return int(n), nil
+	}
+	from, err := store.ArchiveCursor(ctx, c.db)
 	if err != nil {
 		return 0, fmt.Errorf("ordered: archive: %w", err)
 	}
-	return int(n), nil
+	total := 0
+	for {
+		n, round, err := store.JobArchive(ctx, c.db, olderThan, limit, true, &from)
+		total += int(n)
+		if err != nil {
+			return total, fmt.Errorf("ordered: archive: %w", err)
+		}
+		if round {
+			return total, nil
+		}
+	}
 }

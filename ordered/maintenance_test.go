@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -55,6 +56,66 @@ func TestArchiveDeletesDoneJobsInBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ordered.EnqueueResult{Duplicate: true, Archived: true}, res)
 	require.Zero(t, b.countRows(t, `SELECT count(*) FROM ordered_jobs_now WHERE key = 'k0'`))
+}
+
+// doneJobs enqueues one event on each of keys and completes it.
+func (b *testBundle) doneJobs(t *testing.T, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		b.enqueue(t, k, 1)
+		require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
+	}
+}
+
+// Archive with All deletes every done job: batch after batch, going on in the keys a batch
+// stopped in (a limit of one job a statement here), and waiting for another archiver's batch
+// rather than passing and reporting nothing left.
+func TestArchiveAllWaitsForAnotherArchiverAndDeletesEveryDoneJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.doneJobs(t, "a", "b", "c", "d", "e")
+
+	other := b.beginTx(t) // another archiver, mid-batch: it holds the cursor
+	var n int
+	require.NoError(t, other.QueryRow(b.ctx, `SELECT deleted FROM ordered_archive('0', 1)`).Scan(&n))
+	require.Equal(t, 1, n)
+	var holder int
+	require.NoError(t, other.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+
+	archived := make(chan int, 1)
+	go func() {
+		n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{Limit: 1, All: true})
+		assert.NoError(t, err)
+		archived <- n
+	}()
+	waitFor(t, 30*time.Second, "the archive waiting for the other archiver", func() bool {
+		return b.countRows(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, holder) > 0
+	})
+	require.NoError(t, other.Commit(b.ctx))
+	require.Equal(t, 4, <-archived)
+	require.Zero(t, b.countStatus(t, "done"))
+}
+
+// A batch stops once it has visited p_max_keys keys (at the end of a step of up to a thousand
+// keys), and the cursor goes on from there: past the end of the keys it counts a round and
+// starts again from the first.
+func TestArchiveCursorGoesRoundTheKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.doneJobs(t, "a", "b", "c")
+	call := func() []any {
+		var deleted int
+		var rounds int64
+		var after string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT deleted, rounds, after_key
+			FROM ordered_archive('0', 1000, p_max_keys => 2)`).Scan(&deleted, &rounds, &after))
+		return []any{deleted, rounds, after}
+	}
+	require.Equal(t, []any{3, int64(0), "c"}, call(), "one step: a, b and c")
+	b.doneJobs(t, "a0") // done behind the cursor: the next round takes it
+	require.Equal(t, []any{1, int64(1), "c"}, call(), "past the end, then a, a0, b and c")
+	require.Equal(t, []any{0, int64(2), "c"}, call())
+	require.Zero(t, b.countStatus(t, "done"))
 }
 
 // Archival passes over a key's failed jobs, however many: the done jobs above them are

@@ -65,7 +65,7 @@ func TestMigrate8MovesEachHeadToItsOwnRow(t *testing.T) {
 
 	applied, err = schema.Migrate(ctx, pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{8, 9}, applied.Migrations)
+	require.Equal(t, versionsFrom(t, 8), applied.Migrations)
 	require.NoError(t, schema.Check(ctx, pool))
 
 	type head struct {
@@ -169,7 +169,7 @@ func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
 
 	applied, err = schema.Migrate(ctx, pool)
 	require.NoError(t, err)
-	require.Equal(t, []int{9}, applied.Migrations)
+	require.Equal(t, versionsFrom(t, 9), applied.Migrations)
 	require.NoError(t, schema.Check(ctx, pool))
 	var fn *string
 	var recorded bool
@@ -191,6 +191,68 @@ func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	require.Equal(t, int64(0), jobs[0].Seq, "the first event is the key's head")
+}
+
+// versionsFrom is the embedded migrations' versions from first on.
+func versionsFrom(t *testing.T, first int) []int {
+	t.Helper()
+	migrations, err := schema.Migrations()
+	require.NoError(t, err)
+	var versions []int
+	for _, m := range migrations {
+		if m.Version >= first {
+			versions = append(versions, m.Version)
+		}
+	}
+	return versions
+}
+
+// A queue migrated by the version before migration 10 keeps where its archive cursor was, at
+// round 0, and its archival goes on from there with the new ordered_archive.
+func TestMigrate10CountsTheArchiveRounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := uniqueName("upgrade10")
+	newSchema(ctx, t, name)
+	pool := schemaPool(ctx, t, name, "")
+
+	// Version 9: its migrations and its ordered_archive (the other functions as today's).
+	functions, err := schema.Functions()
+	require.NoError(t, err)
+	v9 := migrationsTo(t, 9, fstest.MapFS{"functions/ordered_archive.sql": &fstest.MapFile{Data: []byte(`
+		CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer) RETURNS integer
+		LANGUAGE plpgsql AS $$
+		BEGIN
+		    RETURN 0;
+		END
+		$$;`)}})
+	for _, f := range functions {
+		if f.Name != "ordered_archive" {
+			v9["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
+		}
+	}
+	applied, err := schema.MigrateFS(ctx, pool, v9)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, applied.Migrations)
+	_, err = pool.Exec(ctx, `UPDATE ordered_archive_cursor SET after_key = 'm'`)
+	require.NoError(t, err)
+
+	applied, err = schema.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, versionsFrom(t, 10), applied.Migrations)
+	require.Contains(t, applied.Functions, "ordered_archive")
+	require.NoError(t, schema.Check(ctx, pool))
+	var rounds int64
+	var after string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT rounds, after_key FROM ordered_archive_cursor`).Scan(&rounds, &after))
+	require.Equal(t, []any{int64(0), "m"}, []any{rounds, after})
+
+	client, err := ordered.NewClient(pool, nil)
+	require.NoError(t, err)
+	_, err = client.Archive(ctx, ordered.ArchiveParams{All: true})
+	require.NoError(t, err)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT rounds, after_key FROM ordered_archive_cursor`).Scan(&rounds, &after))
+	require.Equal(t, []any{int64(1), "m"}, []any{rounds, after}, "round the keys once, from where it was")
 }
 
 // migrationsTo adds the embedded migrations up to version last to fsys, as an older version

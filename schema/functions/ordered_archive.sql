@@ -1,17 +1,28 @@
 -- ordered_archive deletes up to p_limit done jobs finished more than p_older_than ago and
 -- records in their keys the highest seq archived, so an event at or below it is still
--- recognised. It returns how many jobs it deleted.
+-- recognised. It returns how many jobs it deleted, and where the cursor is after it: its
+-- rounds and after_key (both null when it passed, another archiver being at work).
 --
 -- It walks the keys in key order from where the last call stopped (ordered_archive_cursor),
 -- round to where this call began, a thousand keys a step, and stops once it has deleted
--- p_limit jobs or visited 100,000 keys. Of each key it deletes the old done jobs of its
+-- p_limit jobs or visited p_max_keys keys (at the end of a step). Of each key it deletes the old done jobs of its
 -- finished history (below its head, or all of it for a key with no open job) in seq order,
 -- up to the first done job that is not old enough (a key's jobs finish in seq order), reading at
--- most p_limit of its done jobs. Failed jobs are kept and passed over, however many there are. Key rows are locked in key order,
--- as enqueue locks them, skipping those another transaction holds, so archivers and enqueuers
--- never deadlock; one archiver works at a time (the others return 0). Its plans are pinned to
+-- most p_limit of its done jobs. Failed jobs are kept and passed over, however many there are.
+-- Key rows are locked in key order, as enqueue locks them, skipping those another transaction
+-- holds (a producer's, for a moment), so archivers and enqueuers never deadlock.
+--
+-- The cursor never passes a key it left jobs to archive in (but a key another transaction
+-- held): a call stopped by p_limit leaves it before the step it stopped in. It counts the
+-- rounds it has gone past the end of the keys, so a caller that reads it first knows it has
+-- been round every key once the cursor is a round further, at or past where it was
+-- (ordered archive does so). One archiver works at a time: another passes, or with p_wait
+-- waits for it (ordered archive waits, a worker's maintenance passes). Its plans are pinned to
 -- index scans: a queue table's statistics lag behind its churn.
-CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer) RETURNS integer
+CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer,
+                                           p_wait boolean DEFAULT false,
+                                           p_max_keys integer DEFAULT 100000,
+                                           OUT deleted integer, OUT rounds bigint, OUT after_key text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -22,6 +33,8 @@ AS $$
 DECLARE
     v_start text;
     v_after text;
+    v_step_after text; -- where the current step began
+    v_rounds bigint;
     v_wrapped boolean := false;
     v_keys text[];
     v_n integer := 0;
@@ -29,18 +42,27 @@ DECLARE
     v_deleted integer;
     v_cutoff timestamptz := statement_timestamp() - p_older_than;
 BEGIN
-    SELECT a.after_key INTO v_start FROM ordered_archive_cursor AS a FOR UPDATE SKIP LOCKED;
+    IF p_wait THEN
+        SELECT a.after_key, a.rounds INTO v_start, v_rounds FROM ordered_archive_cursor AS a FOR UPDATE;
+    ELSE
+        SELECT a.after_key, a.rounds INTO v_start, v_rounds FROM ordered_archive_cursor AS a FOR UPDATE SKIP LOCKED;
+    END IF;
     IF NOT FOUND THEN
-        RETURN 0;
+        deleted := 0;
+        RETURN;
     END IF;
     v_after := v_start;
     LOOP
+        v_step_after := v_after;
         SELECT array_agg(k.key) INTO v_keys FROM (
             SELECT k.key FROM ordered_keys AS k
             WHERE k.key > v_after AND (NOT v_wrapped OR k.key <= v_start)
             ORDER BY k.key
             LIMIT 1000) AS k;
         IF v_keys IS NULL THEN
+            IF NOT v_wrapped THEN
+                v_rounds := v_rounds + 1; -- past the end of the keys
+            END IF;
             EXIT WHEN v_wrapped OR v_start = '';
             v_wrapped := true;
             v_after := '';
@@ -83,12 +105,15 @@ BEGIN
         )
         SELECT count(*) INTO v_deleted FROM deleted;
         v_n := v_n + v_deleted;
-        EXIT WHEN v_n >= p_limit OR v_visited >= 100000;
+        EXIT WHEN v_n >= p_limit OR v_visited >= p_max_keys;
     END LOOP;
-    UPDATE ordered_archive_cursor SET after_key = CASE WHEN v_n >= p_limit OR v_visited >= 100000
-                                                       THEN v_after ELSE v_start END;
-    RETURN v_n;
+    after_key := CASE WHEN v_n >= p_limit THEN v_step_after -- the step may have more to archive
+                      WHEN v_visited >= p_max_keys THEN v_after
+                      ELSE v_start END; -- round to where it began
+    rounds := v_rounds;
+    UPDATE ordered_archive_cursor AS a SET after_key = ordered_archive.after_key, rounds = v_rounds;
+    deleted := v_n;
 END
 $$;
-COMMENT ON FUNCTION ordered_archive(interval, integer) IS
+COMMENT ON FUNCTION ordered_archive(interval, integer, boolean, integer) IS
 'Internal to ordered: deletes old done jobs in bounded batches (ordered archive, a worker''s maintenance). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

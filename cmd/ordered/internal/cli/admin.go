@@ -345,16 +345,9 @@ func (a *app) archiveCmd() *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			total := 0
-			for {
-				n, err := client.Archive(ctx, ordered.ArchiveParams{OlderThan: olderThan, Limit: batch})
-				if err != nil {
-					return err
-				}
-				total += n
-				if n < batch {
-					break
-				}
+			total, err := client.Archive(ctx, ordered.ArchiveParams{OlderThan: olderThan, Limit: batch, All: true})
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(a.stdout, "archived %d done jobs\n", total)
 			return nil
