@@ -112,6 +112,7 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	// as a HandlerFunc's is (see execute).
 	finished := done == len(batch) && err == nil
 	if errors.Is(err, ErrLeaseLost) || (!finished && errors.Is(context.Cause(ctx), ErrLeaseLost)) {
+		w.firstAttemptsRan(batch...)
 		w.lostBatch(batch, err)
 		return nil
 	}
@@ -127,6 +128,7 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	if err != nil {
 		failed, rest = batch[done], batch[done+1:]
 	}
+	w.firstAttemptsRan(batch[:len(batch)-len(rest)]...)
 	if !w.giveBackBatch(rest, err) {
 		return nil
 	}
@@ -193,7 +195,6 @@ func (w *Worker) giveBackBatch(jobs []*Job, herr error) bool {
 			"jobs", len(jobs), "error", err)
 		return false
 	}
-	w.metrics.givenBack.Add(float64(len(jobs)))
 	return true
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orderedq/ordered/ordered"
@@ -363,17 +364,25 @@ func TestBatchWorkerFailureMidway(t *testing.T) {
 		b.enqueue(t, "k", 1, 2, 3, 4)
 		var mu sync.Mutex
 		var calls [][]int64
+		reg := prometheus.NewRegistry()
 		startBatchWorker(t, b, b.client, func(ctx context.Context, jobs []*ordered.Job) (int, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			calls = append(calls, seqsOf(jobs))
 			return min(2, len(jobs)), nil
-		}, &ordered.WorkerConfig{Workers: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond})
-		waitFor(t, 30*time.Second, "every job done", func() bool { return b.countStatus(t, "done") == 4 })
+		}, &ordered.WorkerConfig{Workers: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond, Registerer: reg})
+		waitFor(t, 30*time.Second, "every job done", func() bool {
+			return b.countStatus(t, "done") == 4 && metricValue(t, reg, "ordered_completions_total") == 4
+		})
 		require.Equal(t, []string{"1:done:1", "2:done:1", "3:done:1", "4:done:1"}, b.jobsOf(t, "k"))
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, [][]int64{{1, 2, 3, 4}, {3, 4}}, calls)
+		// 3 and 4, given back unrun, are claimed twice on their first attempt: their wait is
+		// observed once, when they run, and they were not claimed ahead of the slots.
+		require.Equal(t, 6.0, metricValue(t, reg, "ordered_claims_total"))
+		require.Equal(t, 4.0, metricValue(t, reg, "ordered_enqueue_to_start_seconds"))
+		require.Zero(t, metricValue(t, reg, "ordered_claimed_ahead_given_back_total"))
 	})
 }
 

@@ -23,8 +23,15 @@ func (w *Worker) accept(job *Job) {
 	if job.recovered {
 		w.metrics.expiredRecovered.Inc()
 	}
-	if job.Attempt == 1 {
-		w.metrics.enqueueToStart.Observe(job.AttemptedAt.Sub(job.CreatedAt).Seconds())
+}
+
+// firstAttemptsRan observes the wait from enqueue to claim of the jobs that ran their first
+// attempt: once a job, as a job given back unrun is claimed again on its first attempt.
+func (w *Worker) firstAttemptsRan(jobs ...*Job) {
+	for _, job := range jobs {
+		if job.Attempt == 1 {
+			w.metrics.enqueueToStart.Observe(job.AttemptedAt.Sub(job.CreatedAt).Seconds())
+		}
 	}
 }
 
@@ -116,6 +123,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	}
 	started = true
 	w.waiting.Add(-1)
+	w.firstAttemptsRan(job)
 	start := time.Now()
 	completed, returned, err := callHandler(ctx, w.handler, w.client, job, w.log)
 	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())

@@ -121,7 +121,7 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*metrics, 
 		claimDuration: histogram("ordered_claim_duration_seconds", "Claim statement round trip.", latencyBuckets),
 		completionDuration: histogram("ordered_completion_duration_seconds",
 			"From a handler's return to its job's completion committed: a HandlerFunc's waits for the batch in flight, a TxHandlerFunc's is its CompleteTx and commit.", latencyBuckets),
-		enqueueToStart: histogram("ordered_enqueue_to_start_seconds", "From enqueue to the first attempt's claim, by the database clock.", longBuckets),
+		enqueueToStart: histogram("ordered_enqueue_to_start_seconds", "From enqueue to the first attempt's claim, by the database clock, once a job: when the attempt runs (a job given back unrun is claimed again).", longBuckets),
 		queue: &queueGauges{
 			jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 				Name: "ordered_jobs", Help: "Jobs by status (queued, running, done, failed; blocked: failed and holding its key), as of the last maintenance pass." + queueWide,
