@@ -62,7 +62,7 @@ func (n *Notifier) Run(ctx context.Context) {
 		}
 		if errors.Is(err, ErrNotificationsLost) {
 			n.Logger.Warn("ordered: the notification listener receives no notifications (is this a transaction-mode "+
-				"pooler? then set Config.Pooler to PoolerTransaction); polling for jobs instead",
+				"pooler? then set Config.Pooler to PoolerTransaction, or run ordered work with --pooler transaction); polling for jobs instead",
 				"poll_interval", n.PollInterval, "waited", n.probeTimeout())
 			return
 		}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 )
 
@@ -35,8 +36,19 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case errors.As(err, &code):
 		return int(code)
 	}
-	fmt.Fprintln(stderr, "ordered:", escapeUnprintable(oneLine(strings.TrimPrefix(err.Error(), "ordered: "))))
+	fmt.Fprintln(stderr, "ordered:", escapeUnprintable(oneLine(strings.TrimPrefix(err.Error(), "ordered: ")))+poolerHint(err))
 	return 1
+}
+
+// poolerHint names the likely cause of an error that prepared statements meet behind a
+// pooler in transaction mode, whose connections change under a session: a statement prepared
+// on one server connection is there already (42P05), or missing (26000), on another.
+func poolerHint(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000") {
+		return " (behind a connection pooler in transaction mode? run with --pooler transaction)"
+	}
+	return ""
 }
 
 // exitCode is a command's exit status that is no failure of its own to report: the guard

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,4 +40,19 @@ func TestExitErrorNamesWhatTheStatusMeans(t *testing.T) {
 	} {
 		require.EqualError(t, exitError(code), want, code)
 	}
+}
+
+// An error that prepared statements meet behind a transaction-mode pooler names the flag that
+// avoids them; another error gets no hint.
+func TestPoolerHintNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	for code, hinted := range map[string]bool{"42P05": true, "26000": true, "57P01": false} {
+		err := fmt.Errorf("check schema: %w", &pgconn.PgError{Code: code})
+		if hinted {
+			require.Contains(t, poolerHint(err), "--pooler transaction", code)
+		} else {
+			require.Empty(t, poolerHint(err), code)
+		}
+	}
+	require.Empty(t, poolerHint(errors.New("connection refused")))
 }
