@@ -22,8 +22,10 @@
 // version migrated it. Worker.Start and the CLI's queue commands call it before anything else,
 // and a running worker at each maintenance pass (it stops itself when another version migrated
 // the queue).
-// Run Migrate from the newest binary: a function file's checksum says that it changed, not which
-// text is newer.
+// A function file's checksum says that it changed, not which text is newer: so a change of the
+// function files comes with a new migration (a comment is enough), by which a binary from
+// before the change tells the schema as newer (TestFunctionChangesComeWithAMigration keeps
+// their checksum under the latest migration).
 //
 // Objects are created unqualified, in the first schema of the connection's search_path, so a
 // queue can live in any schema (the tests give every test its own). A queue that the
