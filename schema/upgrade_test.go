@@ -150,18 +150,13 @@ func TestMigrate9DropsTheSeparateHeadLock(t *testing.T) {
 	pool := schemaPool(ctx, t, name, "")
 
 	// Version 8: its migrations, today's functions and the one it had besides.
-	functions, err := schema.Functions()
-	require.NoError(t, err)
-	v8 := migrationsTo(t, 8, fstest.MapFS{"functions/ordered_head_share.sql": &fstest.MapFile{Data: []byte(`
+	v8 := olderVersion(t, 8, map[string]string{"ordered_head_share": `
 		CREATE OR REPLACE FUNCTION ordered_head_share(p_key text) RETURNS boolean LANGUAGE plpgsql AS $$
 		BEGIN
 		    PERFORM FROM ordered_heads WHERE key = p_key FOR SHARE;
 		    RETURN true;
 		END
-		$$;`)}})
-	for _, f := range functions {
-		v8["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
-	}
+		$$;`})
 	applied, err := schema.MigrateFS(ctx, pool, v8)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, applied.Migrations)
@@ -217,20 +212,13 @@ func TestMigrate10CountsTheArchiveRounds(t *testing.T) {
 	pool := schemaPool(ctx, t, name, "")
 
 	// Version 9: its migrations and its ordered_archive (the other functions as today's).
-	functions, err := schema.Functions()
-	require.NoError(t, err)
-	v9 := migrationsTo(t, 9, fstest.MapFS{"functions/ordered_archive.sql": &fstest.MapFile{Data: []byte(`
+	v9 := olderVersion(t, 9, map[string]string{"ordered_archive": `
 		CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer) RETURNS integer
 		LANGUAGE plpgsql AS $$
 		BEGIN
 		    RETURN 0;
 		END
-		$$;`)}})
-	for _, f := range functions {
-		if f.Name != "ordered_archive" {
-			v9["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
-		}
-	}
+		$$;`})
 	applied, err := schema.MigrateFS(ctx, pool, v9)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, applied.Migrations)
@@ -253,6 +241,22 @@ func TestMigrate10CountsTheArchiveRounds(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT rounds, after_key FROM ordered_archive_cursor`).Scan(&rounds, &after))
 	require.Equal(t, []any{int64(1), "m"}, []any{rounds, after}, "round the keys once, from where it was")
+}
+
+// olderVersion is the schema of an older version: the embedded migrations up to last, and
+// today's functions but where own gives that version's (by name; an extra one too).
+func olderVersion(t *testing.T, last int, own map[string]string) fstest.MapFS {
+	t.Helper()
+	fsys := migrationsTo(t, last, fstest.MapFS{})
+	functions, err := schema.Functions()
+	require.NoError(t, err)
+	for _, f := range functions {
+		fsys["functions/"+f.Name+".sql"] = &fstest.MapFile{Data: []byte(f.SQL)}
+	}
+	for name, sql := range own {
+		fsys["functions/"+name+".sql"] = &fstest.MapFile{Data: []byte(sql)}
+	}
+	return fsys
 }
 
 // migrationsTo adds the embedded migrations up to version last to fsys, as an older version

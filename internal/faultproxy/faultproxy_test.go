@@ -115,21 +115,29 @@ func isReset(err error) bool {
 	return errors.As(err, &op) && !op.Timeout()
 }
 
-// In front of PostgreSQL, the next n sessions are refused as a server that is starting up
-// refuses them, with the SQLSTATE given; the one after reaches the server.
-func TestRefuseNextRefusesSessionsWithTheCodeGiven(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// postgresProxy is a proxy in front of the test database, closed when the test ends, and a
+// configuration that connects through it.
+func postgresProxy(t *testing.T) (*faultproxy.Proxy, *pgx.ConnConfig) {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(testdb.DatabaseURL())
 	require.NoError(t, err)
 	p, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	require.NoError(t, err)
-	defer p.Close()
+	t.Cleanup(func() { _ = p.Close() })
 	host, port, err := net.SplitHostPort(p.Addr())
 	require.NoError(t, err)
 	n, err := strconv.ParseUint(port, 10, 16)
 	require.NoError(t, err)
 	cfg.Host, cfg.Port = host, uint16(n)
+	return p, cfg
+}
+
+// In front of PostgreSQL, the next n sessions are refused as a server that is starting up
+// refuses them, with the SQLSTATE given; the one after reaches the server.
+func TestRefuseNextRefusesSessionsWithTheCodeGiven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, cfg := postgresProxy(t)
 
 	p.RefuseNext(2, "57P03", "the database system is starting up")
 	for range 2 {
@@ -152,19 +160,10 @@ func TestRefuseNextRefusesSessionsWithTheCodeGiven(t *testing.T) {
 func TestCutNextResetsSessionsAsTheyStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(testdb.DatabaseURL())
-	require.NoError(t, err)
-	p, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	require.NoError(t, err)
-	defer p.Close()
-	host, port, err := net.SplitHostPort(p.Addr())
-	require.NoError(t, err)
-	n, err := strconv.ParseUint(port, 10, 16)
-	require.NoError(t, err)
-	cfg.Host, cfg.Port = host, uint16(n)
+	p, cfg := postgresProxy(t)
 
 	p.CutNext(1)
-	_, err = pgx.ConnectConfig(ctx, cfg)
+	_, err := pgx.ConnectConfig(ctx, cfg)
 	require.ErrorIs(t, err, syscall.ECONNRESET)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
