@@ -137,17 +137,13 @@ func TestWorkerLeavesANextJobWhoseLeaseRanOutMeanwhile(t *testing.T) {
 			FROM ordered_jobs_now WHERE id = $1`, id).Scan(&expired)
 		return err == nil && expired
 	}
-	// The error reaches the worker only once the lease of a/2, claimed by the batch, is over:
-	// it is ended here, so that the lease of the claim that recovers a/2 can be long.
+	// The error reaches the worker only once the lease of a/2, claimed by the batch, is over.
 	cut := &answerCutter{marker: "ordered_jobs_complete(", committed: func() bool {
-		if !b.hasStatus(ids[0], "done") {
-			return false
-		}
-		_, err := b.pool.Exec(b.ctx, `UPDATE ordered_heads SET lease_until = now() - interval '1 millisecond'
-			WHERE job_id = $1 AND state = 'running' AND claim_version = 1`, ids[1])
-		return err == nil && leaseExpired(ids[1])
+		return b.hasStatus(ids[0], "done") && leaseExpired(ids[1])
 	}}
-	c := b.clientCutBy(t, cut, &ordered.Config{Lease: time.Minute})
+	// Short, to run out while the answer is held; long enough for the claim that recovers a/2
+	// to see it through on a busy machine.
+	c := b.clientCutBy(t, cut, &ordered.Config{Lease: 2 * time.Second})
 	other := b.newClient(t, &ordered.Config{Lease: time.Minute})
 	var ran []string
 	runCutAfterFirst(t, b, c, cut, func(j *ordered.Job) {
@@ -157,9 +153,14 @@ func TestWorkerLeavesANextJobWhoseLeaseRanOutMeanwhile(t *testing.T) {
 			ran = append(ran, "other: "+jobs[0].IdempotencyKey())
 		}
 	})
-	// Attempt 1 is the batch's claim, whose answer was lost: a/2 ran once, here, on the claim
-	// that recovered it.
-	require.Equal(t, []string{"worker: a/2 attempt 2"}, ran, "a/2 ran in two places, or on the lost claim")
+	// Attempt 1 is the batch's claim, whose answer was lost. A machine slow enough to let the
+	// recovered claim's short lease run out too before the handler starts makes it attempt 3
+	// or later; what matters is that a/2 ran once, here, and not on the lost claim.
+	require.Len(t, ran, 1, "a/2 ran in two places: %v", ran)
+	var attempt int
+	_, err := fmt.Sscanf(ran[0], "worker: a/2 attempt %d", &attempt)
+	require.NoError(t, err, ran[0])
+	require.GreaterOrEqual(t, attempt, 2, "a/2 ran on the lost claim")
 }
 
 // A job of the batch done at the version the batch held may have been completed by another
