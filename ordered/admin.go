@@ -212,10 +212,11 @@ type ArchiveParams struct {
 	OlderThan time.Duration
 	// Limit bounds the jobs deleted by one statement; default ArchiveBatchDefault.
 	Limit int
-	// All archives batch after batch until archival has been round every key (waiting for
-	// another archiver's batch rather than passing): every done job old enough is deleted
-	// but those of keys a producer holds at that moment. Without it, Archive deletes one
-	// batch, and nothing if another archiver is at work.
+	// All walks every key once, batch after batch, waiting for another archiver's batch
+	// rather than passing: every done job old enough is deleted but those of keys another
+	// transaction holds at that moment (an enqueue, a completion, an operator's action).
+	// Without it, Archive deletes one batch, going on from where the last one stopped, and
+	// nothing if another archiver is at work.
 	All bool
 }
 
@@ -236,19 +237,14 @@ func (c *Client) Archive(ctx context.Context, p ArchiveParams) (int, error) {
 		}
 		return int(n), nil
 	}
-	from, err := store.ArchiveCursor(ctx, c.db)
-	if err != nil {
-		return 0, fmt.Errorf("ordered: archive: %w", err)
-	}
-	total := 0
-	for {
-		n, round, err := store.JobArchive(ctx, c.db, olderThan, limit, true, &from)
+	total, from := 0, new(string)
+	for from != nil {
+		n, next, err := store.JobArchive(ctx, c.db, olderThan, limit, true, from)
 		total += int(n)
 		if err != nil {
 			return total, fmt.Errorf("ordered: archive: %w", err)
 		}
-		if round {
-			return total, nil
-		}
+		from = next
 	}
+	return total, nil
 }

@@ -96,25 +96,57 @@ func TestArchiveAllWaitsForAnotherArchiverAndDeletesEveryDoneJob(t *testing.T) {
 	require.Zero(t, b.countStatus(t, "done"))
 }
 
-// A batch stops once it has visited p_max_keys keys (at the end of a step of up to a thousand
-// keys), and the cursor goes on from there: past the end of the keys it counts a round and
-// starts again from the first.
-func TestArchiveCursorGoesRoundTheKeys(t *testing.T) {
+// A walk from a key (ordered archive's) goes to the end of the keys whatever the workers'
+// shared cursor says, and leaves it as it is: a batch stopped by its limit goes on from the
+// first key of its step, one stopped after p_max_keys keys (at the end of a step of up to a
+// thousand keys) from its last. The cursor's own walks go round the keys from the cursor.
+func TestArchiveWalksFromAKeyApartFromTheCursor(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.doneJobs(t, "a", "b", "c")
-	call := func() []any {
-		var deleted int
-		var rounds int64
-		var after string
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT deleted, rounds, after_key
-			FROM ordered_archive('0', 1000, p_max_keys => 2)`).Scan(&deleted, &rounds, &after))
-		return []any{deleted, rounds, after}
+	b.enqueue(t, "b", 2, 3)
+	for range 2 {
+		require.NoError(t, b.client.Complete(b.ctx, b.claimOne(t, b.client)))
 	}
-	require.Equal(t, []any{3, int64(0), "c"}, call(), "one step: a, b and c")
-	b.doneJobs(t, "a0") // done behind the cursor: the next round takes it
-	require.Equal(t, []any{1, int64(1), "c"}, call(), "past the end, then a, a0, b and c")
-	require.Equal(t, []any{0, int64(2), "c"}, call())
+	cursor := func() string {
+		var after string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT after_key FROM ordered_archive_cursor`).Scan(&after))
+		return after
+	}
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_archive_cursor SET after_key = 'b'`)
+	require.NoError(t, err)
+	walk := func(from string, limit int) []any {
+		var deleted int
+		var next *string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT deleted, goes_on_after
+			FROM ordered_archive('0', $1, p_from => $2, p_max_keys => 2)`, limit, from).Scan(&deleted, &next))
+		return []any{deleted, next}
+	}
+	first, last := "", "c"
+	require.Equal(t, []any{2, &first}, walk("", 2), "a/1 and b/1: the step again")
+	require.Equal(t, []any{3, &last}, walk("", 5), "b/2, b/3 and c/1: past p_max_keys")
+	require.Equal(t, []any{0, (*string)(nil)}, walk("c", 5), "the end")
+	require.Equal(t, "b", cursor(), "the walks leave the cursor alone")
+	require.Zero(t, b.countStatus(t, "done"))
+
+	b.doneJobs(t, "d")
+	var deleted int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT deleted FROM ordered_archive('0', 1000, p_max_keys => 1)`).Scan(&deleted))
+	require.Equal(t, 1, deleted)
+	require.Equal(t, "d", cursor(), "the cursor's walk stops after a step past p_max_keys")
+}
+
+// Archive with All deletes the done jobs of every key, those behind the workers' shared
+// cursor too.
+func TestArchiveAllWalksEveryKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.doneJobs(t, "a", "b", "c")
+	_, err := b.pool.Exec(b.ctx, `UPDATE ordered_archive_cursor SET after_key = 'b'`)
+	require.NoError(t, err)
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{All: true})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
 	require.Zero(t, b.countStatus(t, "done"))
 }
 

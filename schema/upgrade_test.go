@@ -202,9 +202,10 @@ func versionsFrom(t *testing.T, first int) []int {
 	return versions
 }
 
-// A queue migrated by the version before migration 10 keeps where its archive cursor was, at
-// round 0, and its archival goes on from there with the new ordered_archive.
-func TestMigrate10CountsTheArchiveRounds(t *testing.T) {
+// A queue migrated by the version before migration 10 keeps its archive cursor, and the new
+// ordered_archive walks every key from the first (ordered archive) and from the cursor (a
+// worker's maintenance).
+func TestMigrate10WalksTheKeysFromAKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	name := uniqueName("upgrade10")
@@ -230,17 +231,23 @@ func TestMigrate10CountsTheArchiveRounds(t *testing.T) {
 	require.Equal(t, versionsFrom(t, 10), applied.Migrations)
 	require.Contains(t, applied.Functions, "ordered_archive")
 	require.NoError(t, schema.Check(ctx, pool))
-	var rounds int64
-	var after string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT rounds, after_key FROM ordered_archive_cursor`).Scan(&rounds, &after))
-	require.Equal(t, []any{int64(0), "m"}, []any{rounds, after})
 
 	client, err := ordered.NewClient(pool, nil)
 	require.NoError(t, err)
-	_, err = client.Archive(ctx, ordered.ArchiveParams{All: true})
+	_, err = client.Enqueue(ctx, ordered.Event{Key: "k", Seq: 1})
 	require.NoError(t, err)
-	require.NoError(t, pool.QueryRow(ctx, `SELECT rounds, after_key FROM ordered_archive_cursor`).Scan(&rounds, &after))
-	require.Equal(t, []any{int64(1), "m"}, []any{rounds, after}, "round the keys once, from where it was")
+	jobs, err := client.Claim(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, client.Complete(ctx, jobs[0]))
+	n, err := client.Archive(ctx, ordered.ArchiveParams{All: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "k, behind the cursor")
+	n, err = client.Archive(ctx, ordered.ArchiveParams{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	var after string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT after_key FROM ordered_archive_cursor`).Scan(&after))
+	require.Equal(t, "m", after, "round the keys from the cursor, back to it")
 }
 
 // olderVersion is the schema of an older version: the embedded migrations up to last, and

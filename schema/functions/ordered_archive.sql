@@ -1,28 +1,29 @@
 -- ordered_archive deletes up to p_limit done jobs finished more than p_older_than ago and
 -- records in their keys the highest seq archived, so an event at or below it is still
--- recognised. It returns how many jobs it deleted, and where the cursor is after it: its
--- rounds and after_key (both null when it passed, another archiver being at work).
+-- recognised. It returns how many jobs it deleted.
 --
--- It walks the keys in key order from where the last call stopped (ordered_archive_cursor),
--- round to where this call began, a thousand keys a step, and stops once it has deleted
--- p_limit jobs or visited p_max_keys keys (at the end of a step). Of each key it deletes the old done jobs of its
--- finished history (below its head, or all of it for a key with no open job) in seq order,
--- up to the first done job that is not old enough (a key's jobs finish in seq order), reading at
--- most p_limit of its done jobs. Failed jobs are kept and passed over, however many there are.
--- Key rows are locked in key order, as enqueue locks them, skipping those another transaction
--- holds (a producer's, for a moment), so archivers and enqueuers never deadlock.
+-- It walks the keys in key order, a thousand keys a step, and stops once it has deleted
+-- p_limit jobs or visited p_max_keys keys (at the end of a step). Of each key it deletes the old
+-- done jobs of its finished history (below its head, or all of it for a key with no open job)
+-- in seq order, up to the first done job that is not old enough (a key's jobs finish in seq
+-- order), reading at most p_limit of its done jobs. Failed jobs are kept and passed over,
+-- however many there are. Key rows are locked in key order, as enqueue locks them, skipping
+-- those another transaction holds (an enqueue, a completion, an operator's action: the next
+-- walk takes them), so archivers and enqueuers never deadlock.
 --
--- The cursor never passes a key it left jobs to archive in (but a key another transaction
--- held): a call stopped by p_limit leaves it before the step it stopped in. It counts the
--- rounds it has gone past the end of the keys, so a caller that reads it first knows it has
--- been round every key once the cursor is a round further, at or past where it was
--- (ordered archive does so). One archiver works at a time: another passes, or with p_wait
--- waits for it (ordered archive waits, a worker's maintenance passes). Its plans are pinned to
--- index scans: a queue table's statistics lag behind its churn.
+-- Without p_from (a worker's maintenance), it goes on from where the last such call stopped
+-- (ordered_archive_cursor), round to where it began. With p_from (ordered archive), it walks
+-- from the key after p_from to the end of the keys, the cursor left as it is, and returns in
+-- goes_on_after the p_from of the next call: null once it reached the end, the first key of
+-- the step it stopped in when p_limit stopped it (that step may have more to archive). One
+-- archiver works at a time, the one holding the cursor's row: another returns at once, or with
+-- p_wait waits for it. Its plans are pinned to index scans: a queue table's statistics lag
+-- behind its churn.
 CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer,
                                            p_wait boolean DEFAULT false,
+                                           p_from text DEFAULT NULL,
                                            p_max_keys integer DEFAULT 100000,
-                                           OUT deleted integer, OUT rounds bigint, OUT after_key text)
+                                           OUT deleted integer, OUT goes_on_after text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -34,7 +35,7 @@ DECLARE
     v_start text;
     v_after text;
     v_step_after text; -- where the current step began
-    v_rounds bigint;
+    v_upper text;      -- the walk's last key (null: to the end of the keys)
     v_wrapped boolean := false;
     v_keys text[];
     v_n integer := 0;
@@ -42,30 +43,32 @@ DECLARE
     v_deleted integer;
     v_cutoff timestamptz := statement_timestamp() - p_older_than;
 BEGIN
+    deleted := 0;
     IF p_wait THEN
-        SELECT a.after_key, a.rounds INTO v_start, v_rounds FROM ordered_archive_cursor AS a FOR UPDATE;
+        SELECT a.after_key INTO v_start FROM ordered_archive_cursor AS a FOR UPDATE;
     ELSE
-        SELECT a.after_key, a.rounds INTO v_start, v_rounds FROM ordered_archive_cursor AS a FOR UPDATE SKIP LOCKED;
+        SELECT a.after_key INTO v_start FROM ordered_archive_cursor AS a FOR UPDATE SKIP LOCKED;
     END IF;
     IF NOT FOUND THEN
-        deleted := 0;
+        goes_on_after := p_from;
         RETURN;
     END IF;
+    -- A walk from p_from ends at the end of the keys, as one past its wrap does.
+    v_start := coalesce(p_from, v_start);
     v_after := v_start;
+    v_wrapped := p_from IS NOT NULL;
     LOOP
         v_step_after := v_after;
         SELECT array_agg(k.key) INTO v_keys FROM (
             SELECT k.key FROM ordered_keys AS k
-            WHERE k.key > v_after AND (NOT v_wrapped OR k.key <= v_start)
+            WHERE k.key > v_after AND (v_upper IS NULL OR k.key <= v_upper)
             ORDER BY k.key
             LIMIT 1000) AS k;
         IF v_keys IS NULL THEN
-            IF NOT v_wrapped THEN
-                v_rounds := v_rounds + 1; -- past the end of the keys
-            END IF;
             EXIT WHEN v_wrapped OR v_start = '';
             v_wrapped := true;
             v_after := '';
+            v_upper := v_start;
             CONTINUE;
         END IF;
         v_visited := v_visited + cardinality(v_keys);
@@ -107,13 +110,15 @@ BEGIN
         v_n := v_n + v_deleted;
         EXIT WHEN v_n >= p_limit OR v_visited >= p_max_keys;
     END LOOP;
-    after_key := CASE WHEN v_n >= p_limit THEN v_step_after -- the step may have more to archive
-                      WHEN v_visited >= p_max_keys THEN v_after
-                      ELSE v_start END; -- round to where it began
-    rounds := v_rounds;
-    UPDATE ordered_archive_cursor AS a SET after_key = ordered_archive.after_key, rounds = v_rounds;
     deleted := v_n;
+    IF p_from IS NOT NULL THEN
+        goes_on_after := CASE WHEN v_n >= p_limit THEN v_step_after
+                              WHEN v_visited >= p_max_keys THEN v_after END;
+        RETURN;
+    END IF;
+    UPDATE ordered_archive_cursor SET after_key = CASE WHEN v_n >= p_limit OR v_visited >= p_max_keys
+                                                       THEN v_after ELSE v_start END;
 END
 $$;
-COMMENT ON FUNCTION ordered_archive(interval, integer, boolean, integer) IS
+COMMENT ON FUNCTION ordered_archive(interval, integer, boolean, text, integer) IS
 'Internal to ordered: deletes old done jobs in bounded batches (ordered archive, a worker''s maintenance). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

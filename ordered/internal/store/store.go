@@ -459,36 +459,17 @@ func scanStats(row pgx.Row) (QueueStats, error) {
 var (
 	listenProbeSQL   = query("listen_probe.sql")
 	jobArchiveSQL    = query("job_archive.sql")
-	archiveCursorSQL = query("archive_cursor.sql")
 	queueBacklogSQL  = query("queue_backlog.sql")
 	queueHoldsAllSQL = query("queue_holds_all.sql")
 )
 
-// ArchivePosition is where the archive cursor is: the rounds it has gone past the end of the
-// keys, and the key it goes on after.
-type ArchivePosition struct {
-	Rounds   int64
-	AfterKey string
-}
-
 // JobArchive deletes up to limit done jobs finished longer than olderThan ago, waiting for
-// another archiver if wait; it returns how many, and whether archival has been round every
-// key since the cursor was at from (false when from is nil, or it passed).
-func JobArchive(ctx context.Context, db DBTX, olderThan time.Duration, limit int, wait bool, from *ArchivePosition) (n int64, round bool, err error) {
-	var rounds *int64
-	var after *string
-	if from != nil {
-		rounds, after = &from.Rounds, &from.AfterKey
-	}
-	err = db.QueryRow(ctx, jobArchiveSQL, olderThan, limit, wait, rounds, after).Scan(&n, &round)
-	return n, round, err
-}
-
-// ArchiveCursor reads where the archive cursor is.
-func ArchiveCursor(ctx context.Context, db DBTX) (ArchivePosition, error) {
-	var p ArchivePosition
-	err := db.QueryRow(ctx, archiveCursorSQL).Scan(&p.Rounds, &p.AfterKey)
-	return p, err
+// another archiver if wait. From nil, it goes on from the workers' shared cursor; otherwise it
+// walks from the key after *from, and returns the from of the walk's next call (nil: the walk
+// reached the end of the keys).
+func JobArchive(ctx context.Context, db DBTX, olderThan time.Duration, limit int, wait bool, from *string) (n int64, next *string, err error) {
+	err = db.QueryRow(ctx, jobArchiveSQL, olderThan, limit, wait, from).Scan(&n, &next)
+	return n, next, err
 }
 
 // QueueBacklog counts queued jobs.
