@@ -213,8 +213,9 @@ type ArchiveParams struct {
 	// Limit bounds the jobs deleted by one statement; default ArchiveBatchDefault.
 	Limit int
 	// All walks every key once, batch after batch, waiting for another archiver's batch
-	// rather than passing: every done job old enough is deleted but those of keys another
-	// transaction holds at that moment (an enqueue, a completion, an operator's action).
+	// rather than passing: every done job finished OlderThan before the walk began is
+	// deleted but those of keys another transaction holds at that moment (an enqueue, a
+	// completion, an operator's action).
 	// Without it, Archive deletes one batch, going on from where the last one stopped, and
 	// nothing if another archiver is at work.
 	All bool
@@ -237,14 +238,14 @@ func (c *Client) Archive(ctx context.Context, p ArchiveParams) (int, error) {
 		}
 		return int(n), nil
 	}
-	total, from := 0, new(string)
-	for from != nil {
-		n, next, err := store.JobArchive(ctx, c.db, olderThan, limit, true, from)
+	total, walk := 0, &store.ArchiveWalk{}
+	for walk != nil {
+		n, next, err := store.JobArchive(ctx, c.db, olderThan, limit, true, walk)
 		total += int(n)
 		if err != nil {
 			return total, fmt.Errorf("ordered: archive: %w", err)
 		}
-		from = next
+		walk = next
 	}
 	return total, nil
 }

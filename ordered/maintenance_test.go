@@ -69,7 +69,8 @@ func (b *testBundle) doneJobs(t *testing.T, keys ...string) {
 
 // Archive with All deletes every done job: batch after batch, going on in the keys a batch
 // stopped in (a limit of one job a statement here), and waiting for another archiver's batch
-// rather than passing and reporting nothing left.
+// rather than passing and reporting nothing left. Its batches archive what finished before the
+// walk began, not what finishes meanwhile, or a walk could go on as long as jobs finish.
 func TestArchiveAllWaitsForAnotherArchiverAndDeletesEveryDoneJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -91,9 +92,31 @@ func TestArchiveAllWaitsForAnotherArchiverAndDeletesEveryDoneJob(t *testing.T) {
 	waitFor(t, 30*time.Second, "the archive waiting for the other archiver", func() bool {
 		return b.countRows(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, holder) > 0
 	})
+	b.doneJobs(t, "f") // after the walk began
 	require.NoError(t, other.Commit(b.ctx))
 	require.Equal(t, 4, <-archived)
-	require.Zero(t, b.countStatus(t, "done"))
+	require.Equal(t, []string{"1:done:1"}, b.jobsOf(t, "f"))
+	require.Equal(t, 1, b.countStatus(t, "done"))
+}
+
+// Archive with All, which waits for the archive cursor's row, fails when the row is gone
+// rather than wait for ever; one batch passes, as when another archiver holds it.
+func TestArchiveWithoutItsCursorRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.doneJobs(t, "a")
+	_, err := b.pool.Exec(b.ctx, `DELETE FROM ordered_archive_cursor`)
+	require.NoError(t, err)
+	_, err = b.client.Archive(b.ctx, ordered.ArchiveParams{All: true})
+	require.ErrorContains(t, err, "the archive cursor has lost its row")
+	n, err := b.client.Archive(b.ctx, ordered.ArchiveParams{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO ordered_archive_cursor DEFAULT VALUES`)
+	require.NoError(t, err)
+	n, err = b.client.Archive(b.ctx, ordered.ArchiveParams{All: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 }
 
 // A walk from a key (ordered archive's) goes to the end of the keys whatever the workers'

@@ -15,15 +15,20 @@
 -- (ordered_archive_cursor), round to where it began. With p_from (ordered archive), it walks
 -- from the key after p_from to the end of the keys, the cursor left as it is, and returns in
 -- goes_on_after the p_from of the next call: null once it reached the end, the first key of
--- the step it stopped in when p_limit stopped it (that step may have more to archive). One
+-- the step it stopped in when p_limit stopped it (that step may have more to archive). A walk's
+-- calls pass the before of its first (p_before; null: the statement's start), so that they
+-- archive the jobs finished p_older_than before one time, and the walk ends however fast jobs
+-- finish meanwhile. One
 -- archiver works at a time, the one holding the cursor's row: another returns at once, or with
 -- p_wait waits for it. Its plans are pinned to index scans: a queue table's statistics lag
 -- behind its churn.
 CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer,
                                            p_wait boolean DEFAULT false,
                                            p_from text DEFAULT NULL,
+                                           p_before timestamptz DEFAULT NULL,
                                            p_max_keys integer DEFAULT 100000,
-                                           OUT deleted integer, OUT goes_on_after text)
+                                           OUT deleted integer, OUT goes_on_after text,
+                                           OUT before timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -41,15 +46,19 @@ DECLARE
     v_n integer := 0;
     v_visited integer := 0;
     v_deleted integer;
-    v_cutoff timestamptz := statement_timestamp() - p_older_than;
+    v_cutoff timestamptz;
 BEGIN
     deleted := 0;
+    before := coalesce(p_before, statement_timestamp());
+    v_cutoff := before - p_older_than;
     IF p_wait THEN
         SELECT a.after_key INTO v_start FROM ordered_archive_cursor AS a FOR UPDATE;
     ELSE
         SELECT a.after_key INTO v_start FROM ordered_archive_cursor AS a FOR UPDATE SKIP LOCKED;
     END IF;
-    IF NOT FOUND THEN
+    IF NOT FOUND AND p_wait THEN
+        RAISE EXCEPTION 'ordered: the archive cursor has lost its row (INSERT INTO ordered_archive_cursor DEFAULT VALUES restores it)';
+    ELSIF NOT FOUND THEN
         goes_on_after := p_from;
         RETURN;
     END IF;
@@ -120,5 +129,5 @@ BEGIN
                                                        THEN v_after ELSE v_start END;
 END
 $$;
-COMMENT ON FUNCTION ordered_archive(interval, integer, boolean, text, integer) IS
+COMMENT ON FUNCTION ordered_archive(interval, integer, boolean, text, timestamptz, integer) IS
 'Internal to ordered: deletes old done jobs in bounded batches (ordered archive, a worker''s maintenance). Called by the Go library and the CLI; not an interface to call, and it may change in any release. Producers call ordered_enqueue or ordered_enqueue_events (docs/sql.md).';

@@ -463,13 +463,32 @@ var (
 	queueHoldsAllSQL = query("queue_holds_all.sql")
 )
 
+// ArchiveWalk is where a walk of Archive over every key is: the key it goes on after, and
+// the time its cutoff counts from (zero: the first call's start).
+type ArchiveWalk struct {
+	After  string
+	Before time.Time
+}
+
 // JobArchive deletes up to limit done jobs finished longer than olderThan ago, waiting for
-// another archiver if wait. From nil, it goes on from the workers' shared cursor; otherwise it
-// walks from the key after *from, and returns the from of the walk's next call (nil: the walk
-// reached the end of the keys).
-func JobArchive(ctx context.Context, db DBTX, olderThan time.Duration, limit int, wait bool, from *string) (n int64, next *string, err error) {
-	err = db.QueryRow(ctx, jobArchiveSQL, olderThan, limit, wait, from).Scan(&n, &next)
-	return n, next, err
+// another archiver if wait. With walk nil, it goes on from the workers' shared cursor;
+// otherwise it walks from the key after walk.After and returns the walk's next call (nil: the
+// walk reached the end of the keys).
+func JobArchive(ctx context.Context, db DBTX, olderThan time.Duration, limit int, wait bool, walk *ArchiveWalk) (n int64, next *ArchiveWalk, err error) {
+	var from *string
+	var before *time.Time
+	if walk != nil {
+		from = &walk.After
+		if !walk.Before.IsZero() {
+			before = &walk.Before
+		}
+	}
+	var after *string
+	var took time.Time
+	if err = db.QueryRow(ctx, jobArchiveSQL, olderThan, limit, wait, from, before).Scan(&n, &after, &took); err != nil || after == nil {
+		return n, nil, err
+	}
+	return n, &ArchiveWalk{After: *after, Before: took}, nil
 }
 
 // QueueBacklog counts queued jobs.
