@@ -18,10 +18,9 @@
 -- the step it stopped in when p_limit stopped it (that step may have more to archive). A walk's
 -- calls pass the before of its first (p_before; null: the statement's start), so that they
 -- archive the jobs finished p_older_than before one time, and the walk ends however fast jobs
--- finish meanwhile. One
--- archiver works at a time, the one holding the cursor's row: another returns at once, or with
--- p_wait waits for it. Its plans are pinned to index scans: a queue table's statistics lag
--- behind its churn.
+-- finish meanwhile. One archiver works at a time, the one holding the cursor's row: another
+-- returns at once, or with p_wait waits for it. Its plans are pinned to index scans: a queue
+-- table's statistics lag behind its churn.
 CREATE OR REPLACE FUNCTION ordered_archive(p_older_than interval, p_limit integer,
                                            p_wait boolean DEFAULT false,
                                            p_from text DEFAULT NULL,
