@@ -180,11 +180,7 @@ func (w *Worker) giveBackBatch(jobs []*Job, herr error) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
 	defer cancel()
-	release, err := w.settling.take(ctx)
-	if err == nil {
-		err = w.db.ReleaseBatch(ctx, jobs)
-		release()
-	}
+	err := w.settling.do(ctx, func() error { return w.db.ReleaseBatch(ctx, jobs) })
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostBatch(jobs, herr)

@@ -220,11 +220,7 @@ func (w *Worker) takeSlot(ctx context.Context, ahead bool) (slotted, waitedTooLo
 func (w *Worker) giveBackUnrun(job *Job) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.settleTimeout)
 	defer cancel()
-	release, err := w.settling.take(ctx)
-	if err == nil {
-		err = w.db.releaseUnrun(ctx, job, nil)
-		release()
-	}
+	err := w.settling.do(ctx, func() error { return w.db.releaseUnrun(ctx, job, nil) })
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		w.log.Error("ordered: could not give back an unstarted job", slogJob(job.ID, job.Key, job.Seq), "error", err)
 	}
@@ -234,12 +230,7 @@ func (w *Worker) giveBackUnrun(job *Job) error {
 // giveBackStopped releases a job whose handler StopAndCancel cut short (it returned herr),
 // its attempt not counted.
 func (w *Worker) giveBackStopped(ctx context.Context, job *Job, herr error) {
-	release, err := w.settling.take(ctx)
-	if err == nil {
-		err = w.db.releaseUnrun(ctx, job, herr)
-		release()
-	}
-	switch {
+	switch err := w.settling.do(ctx, func() error { return w.db.releaseUnrun(ctx, job, herr) }); {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostOwnership(job, herr)
 	case err != nil:
@@ -259,8 +250,7 @@ func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 	if IsPermanent(herr) || job.Attempt >= job.MaxAttempts {
 		g = w.failing // a failure for good: it waits for its key's row
 	}
-	release, err := g.take(ctx)
-	if err == nil {
+	err := g.do(ctx, func() (err error) {
 		switch {
 		case IsPermanent(herr):
 			outcome, err = w.db.Fail(ctx, job, herr)
@@ -269,8 +259,8 @@ func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 		default:
 			outcome, err = w.db.Retry(ctx, job, herr)
 		}
-		release()
-	}
+		return err
+	})
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostOwnership(job, herr)
@@ -301,12 +291,13 @@ func (w *Worker) lostOwnership(job *Job, herr error) {
 // gate holds statements of one kind to their share of the worker's pool: one place each.
 type gate chan struct{}
 
-// take waits for a place, or for ctx to end; release gives the place back.
-func (g gate) take(ctx context.Context) (release func(), err error) {
+// do runs f in a place once it has one, or returns ctx's cause if ctx ends first.
+func (g gate) do(ctx context.Context, f func() error) error {
 	select {
 	case g <- struct{}{}:
-		return func() { <-g }, nil
+		defer func() { <-g }()
+		return f()
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return context.Cause(ctx)
 	}
 }
