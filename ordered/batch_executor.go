@@ -104,7 +104,10 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	started = true
 	w.waiting.Add(-1)
 	start := time.Now()
-	done, err := callBatchHandler(ctx, w.batch, batch)
+	hctx, cancelTimeout := w.handlerContext(ctx)
+	done, err := callBatchHandler(hctx, w.batch, batch)
+	err = w.timedOut(hctx, err)
+	cancelTimeout()
 	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
 	done = min(max(done, 0), len(batch))
 	// A batch that finished whole is completed even when ctx was cancelled as the claim

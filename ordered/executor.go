@@ -125,7 +125,10 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	w.waiting.Add(-1)
 	w.firstAttemptsRan(job)
 	start := time.Now()
-	completed, returned, err := callHandler(ctx, w.handler, w.client, job, w.log)
+	hctx, cancelTimeout := w.handlerContext(ctx)
+	completed, returned, err := callHandler(hctx, w.handler, w.client, job, w.log)
+	err = w.timedOut(hctx, err)
+	cancelTimeout()
 	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 
 	if completed && err == nil {
@@ -178,6 +181,28 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	}
 	w.settle(settleCtx, job, err)
 	return nil, false
+}
+
+// handlerContext is ctx bounded by the worker's JobTimeout, if it has one.
+func (w *Worker) handlerContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if w.cfg.JobTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, w.cfg.JobTimeout, fmt.Errorf("%w after %v", ErrJobTimeout, w.cfg.JobTimeout))
+}
+
+// timedOut returns herr, the error a handler returned in hctx, wrapped in hctx's cause when
+// JobTimeout cut the handler short, and counts that.
+func (w *Worker) timedOut(hctx context.Context, herr error) error {
+	cause := context.Cause(hctx)
+	if herr == nil || !errors.Is(cause, ErrJobTimeout) {
+		return herr
+	}
+	w.metrics.timeouts.Inc()
+	if errors.Is(herr, ErrJobTimeout) {
+		return herr
+	}
+	return fmt.Errorf("%w: %w", cause, herr)
 }
 
 // takeSlot waits for a handler slot until ctx ends or the worker stops; a job that may have

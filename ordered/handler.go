@@ -18,7 +18,8 @@ import (
 // good and the policy decides for its key; RetryIn(d, err) retries it after d; any other
 // error, or a panic, retries it with the configured backoff. The handler's context is
 // cancelled when the claim is lost (context.Cause is ErrLeaseLost: stop, the job belongs to
-// someone else now) or the worker stops with StopAndCancel (cause ErrWorkerStopped).
+// someone else now), when it has run for WorkerConfig.JobTimeout (a cause wrapping
+// ErrJobTimeout) or when the worker stops with StopAndCancel (cause ErrWorkerStopped).
 type Handler interface {
 	// run processes job and reports whether it already completed it, and when the handler's
 	// own code returned: a completion starts there.

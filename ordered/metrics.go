@@ -21,6 +21,7 @@ type metrics struct {
 	failures           *prometheus.CounterVec
 	expiredRecovered   prometheus.Counter
 	lostOwnership      prometheus.Counter
+	timeouts           prometheus.Counter
 	givenBack          prometheus.Counter
 	jobDuration        prometheus.Histogram
 	claimDuration      prometheus.Histogram
@@ -115,6 +116,7 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*metrics, 
 		}, []string{"decision"}),
 		expiredRecovered: counter("ordered_expired_leases_recovered_total", "Jobs claimed again after their previous claim's lease expired."),
 		lostOwnership:    counter("ordered_lost_ownership_total", "Attempts whose claim was lost (lease expired or job reclaimed); their outcome was not acknowledged."),
+		timeouts:         counter("ordered_job_timeouts_total", "Handler calls that returned an error after WorkerConfig.JobTimeout cancelled their context; each is a failed attempt."),
 		givenBack:        counter("ordered_claimed_ahead_given_back_total", "Jobs claimed ahead of the handler slots that waited too long for one and went back to the queue unrun (attempt not counted)."),
 		jobDuration: histogram("ordered_job_duration_seconds",
 			"Handler run time, up to its return (a TxHandlerFunc's completion and commit are not included).", longBuckets),
@@ -144,6 +146,7 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*metrics, 
 		m.failures = register(reg, m.failures, &err)
 		m.expiredRecovered = register(reg, m.expiredRecovered, &err)
 		m.lostOwnership = register(reg, m.lostOwnership, &err)
+		m.timeouts = register(reg, m.timeouts, &err)
 		m.givenBack = register(reg, m.givenBack, &err)
 		m.jobDuration = register(reg, m.jobDuration, &err)
 		m.claimDuration = register(reg, m.claimDuration, &err)

@@ -26,6 +26,10 @@ import (
 // StopAndCancel.
 var ErrWorkerStopped = errors.New("ordered: worker stopped")
 
+// ErrJobTimeout is wrapped by the cause of a handler's cancelled context when the handler
+// ran for WorkerConfig.JobTimeout, and by the error recorded for that attempt.
+var ErrJobTimeout = errors.New("ordered: job timed out")
+
 const (
 	settleTimeout = 30 * time.Second
 	claimTimeout  = 30 * time.Second

@@ -83,6 +83,14 @@ type WorkerConfig struct {
 	// MaxAttempts, when positive, caps the attempts of the jobs this worker runs: a job fails
 	// for good after that many attempts even if it was enqueued with more.
 	MaxAttempts int
+	// JobTimeout, when positive, bounds each call of the handler (a batch worker's: each
+	// batch): once it has run that long its context is cancelled, context.Cause giving an
+	// error that wraps ErrJobTimeout. What the handler returns decides the outcome as ever; an
+	// error returned after the timeout is recorded wrapped in that cause, and counts as an
+	// attempt, so a job that always hangs fails for good once its attempts are spent. A handler
+	// that ignores its context keeps its job, and so its key, until it returns: the lease is
+	// renewed meanwhile. Default none.
+	JobTimeout time.Duration
 	// Retention is how long done jobs are kept before archival deletes them. Default
 	// RetentionDefault; negative keeps them (archive with `ordered archive` instead).
 	Retention time.Duration
@@ -137,6 +145,8 @@ func (c *WorkerConfig) validate(lease time.Duration) error {
 			c.StopGrace, lease, c.HeartbeatInterval)
 	case c.MaxAttempts < 0:
 		return fmt.Errorf("ordered: WorkerConfig.MaxAttempts %d must not be negative", c.MaxAttempts)
+	case c.JobTimeout < 0:
+		return fmt.Errorf("ordered: WorkerConfig.JobTimeout %v must not be negative (0: none)", c.JobTimeout)
 	case c.BatchSize < 0 || c.BatchSize > BatchSizeMax:
 		return fmt.Errorf("ordered: WorkerConfig.BatchSize %d must be between 1 and %d (0: the default)", c.BatchSize, BatchSizeMax)
 	case c.MaintenanceInterval <= 0:

@@ -358,3 +358,29 @@ esac`)
 	require.EqualValues(t, 3, lines[2]["seq"])
 	require.Contains(t, w.file("in-c-2"), `"attempt":2`)
 }
+
+// --job-timeout ends a command that runs past it (SIGTERM to its processes; what it does then
+// does not complete the job, here an exit 0 from its trap) and retries the job, the attempt
+// counted: a command that always hangs fails its job for good after --max-attempts, and the
+// key's next job never starts (block policy).
+func TestWorkExecJobTimeoutEndsTheCommandAndCountsTheAttempt(t *testing.T) {
+	t.Parallel()
+	q := orderedtest.New(t)
+	enqueueCLI(t, q, `{"key":"k","seq":1}
+{"key":"k","seq":2}
+`)
+	w := startCLIWorker(t, q, "--job-timeout", "1s", "--max-attempts", "2", "--exec", `d=$ORDERED_TEST_DIR
+echo "$ORDERED_SEQ" >> "$d/started"
+[ "$ORDERED_SEQ" = 1 ] || exit 0
+trap 'exit 0' TERM
+sleep 1000 &
+wait`)
+	require.Eventually(t, func() bool {
+		return jobStatesAre(q.Pool, "k/1 blocked attempts=2", "k/2 queued attempts=0")
+	}, 2*time.Minute, 20*time.Millisecond, "worker stderr:\n%s\njobs: %v", w.stderr(), jobStates(t, q.Pool))
+	var lastError string
+	require.NoError(t, q.Pool.QueryRow(context.Background(), "SELECT last_error FROM ordered_jobs_now WHERE key = 'k' AND seq = 1").Scan(&lastError))
+	require.Equal(t, "ordered: job timed out after 1s", lastError)
+	require.NotContains(t, w.file("started"), "2", "the key's next job started")
+	require.Empty(t, processesOf(w), "processes of a command that timed out still run")
+}

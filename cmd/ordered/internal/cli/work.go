@@ -28,7 +28,9 @@ version) accepted and refuse a lower one; and drop a retry whose idempotency key
 COMMAND does not get DATABASE_URL or the PG* variables unless --exec-database-env is given.
 
 Exit 0 completes the job; exit 65 (EX_DATAERR) fails it for good and the --policy decides for
-its key; any other exit retries it with backoff. The lease is renewed while COMMAND runs.
+its key; any other exit retries it with backoff. The lease is renewed while COMMAND runs; with
+--job-timeout, a COMMAND that runs that long is ended as below and its job retried, the
+attempt counted, so a job whose command always hangs fails for good after its attempts.
 
 COMMAND and every process it starts (in its process group or not, in the background or not)
 never outlive its claim: when the claim is lost or its renewals fail, when the worker stops at
@@ -65,6 +67,7 @@ type workFlags struct {
 	databaseEnv bool
 	name        string
 	batch       int
+	jobTimeout  time.Duration
 }
 
 func (a *app) workCmd() *cobra.Command {
@@ -86,6 +89,7 @@ func (a *app) workCmd() *cobra.Command {
 	f.IntVar(&w.workers, "workers", ordered.WorkersDefault, "jobs run at once")
 	f.DurationVar(&w.lease, "lease", ordered.LeaseDefault, "how long a claim owns its job; renewed while the command runs")
 	f.IntVar(&w.maxAttempts, "max-attempts", ordered.MaxAttemptsDefault, "a job fails for good after this many attempts (or fewer, if it was enqueued with fewer)")
+	f.DurationVar(&w.jobTimeout, "job-timeout", 0, "end COMMAND once it has run this long (per job, or per batch with --batch) and retry the job; 0: no limit")
 	f.StringVar(&w.policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
 	f.DurationVar(&w.poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
 	f.BoolVar(&w.pollOnly, "poll-only", false, "do not LISTEN; poll every --poll (implied by --pooler transaction)")
@@ -105,6 +109,9 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 	if w.batch < 0 || w.batch > ordered.BatchSizeMax {
 		return fmt.Errorf("--batch must be between 0 and %d", ordered.BatchSizeMax)
 	}
+	if w.jobTimeout < 0 {
+		return errors.New("--job-timeout must not be negative (0: no limit)")
+	}
 	execCfg := execConfig{
 		command: w.command,
 		grace:   w.killGrace,
@@ -122,6 +129,7 @@ func (a *app) work(ctx context.Context, w workFlags) error {
 		worker: ordered.WorkerConfig{
 			Workers: w.workers, PollInterval: w.poll, PollOnly: w.pollOnly, Registerer: reg, MaxAttempts: w.maxAttempts,
 			StopGrace: w.killGrace, Name: cmp.Or(w.name, defaultWorkerName()), BatchSize: w.batch,
+			JobTimeout: w.jobTimeout,
 		},
 		handler:  func(*pgxpool.Pool) ordered.Handler { return execHandler(execCfg, a) },
 		batchFor: batchHandlerIf(w.batch > 0, execCfg, a),
