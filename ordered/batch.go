@@ -31,7 +31,9 @@ const (
 // from jobs[done] on goes back so. A done out of range counts as 0 or len(jobs).
 //
 // The context is cancelled as a Handler's is: the claim lost (cause ErrLeaseLost: the whole
-// batch belongs to someone else now and nothing of it is settled) or StopAndCancel (cause
+// batch belongs to someone else now and nothing of it is settled), the call's run past
+// WorkerConfig.JobTimeout (a cause wrapping ErrJobTimeout: the finished prefix is completed
+// and jobs[done] fails with the timeout, whatever err is) or StopAndCancel (cause
 // ErrWorkerStopped: the finished prefix is completed, the rest goes back). Its effects happen
 // at least once: use Job.IdempotencyKey. A panic counts as done 0 with the panic as jobs[0]'s
 // error.

@@ -105,11 +105,17 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	w.waiting.Add(-1)
 	start := time.Now()
 	hctx, cancelTimeout := w.handlerContext(ctx)
+	defer cancelTimeout()
 	done, err := callBatchHandler(hctx, w.batch, batch)
-	err = w.timedOut(hctx, err)
-	cancelTimeout()
-	w.metrics.jobDuration.Observe(time.Since(start).Seconds())
+	returned := time.Now()
+	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 	done = min(max(done, 0), len(batch))
+	if err == nil && done < len(batch) && errors.Is(context.Cause(hctx), ErrJobTimeout) {
+		// Stopped short without an error because its time was up: the next job's attempt is
+		// spent all the same, or a batch that never finishes in time would run for ever.
+		err = context.Cause(hctx)
+	}
+	err = timedOut(hctx, returned, err)
 	// A batch that finished whole is completed even when ctx was cancelled as the claim
 	// seemed lost (renewals failed past the fence): the completion is fenced by the claim,
 	// as a HandlerFunc's is (see execute).
@@ -122,7 +128,7 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	if done == len(batch) {
 		err = nil // no job is left to have failed
 	}
-	stopped := errors.Is(context.Cause(ctx), ErrWorkerStopped)
+	stopped := errors.Is(context.Cause(hctx), ErrWorkerStopped) // not if JobTimeout came first
 
 	// The rest first: until the prefix is completed the key's head is this batch's, so no
 	// claim can take what goes back before its turn.
@@ -140,7 +146,7 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 		if failed == nil && len(rest) == 0 && !stopped && w.fetching() {
 			limit = 1 // the key's next batch, or another key's, claimed by the same statement
 		}
-		returned := time.Now()
+		returned = time.Now()
 		r, cerr := w.batchCompleter.Complete(&batchCompletion{jobs: batch[:done], claimNext: limit > 0})
 		if cerr == nil {
 			cerr = r.err

@@ -126,9 +126,9 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	w.firstAttemptsRan(job)
 	start := time.Now()
 	hctx, cancelTimeout := w.handlerContext(ctx)
+	defer cancelTimeout()
 	completed, returned, err := callHandler(hctx, w.handler, w.client, job, w.log)
-	err = w.timedOut(hctx, err)
-	cancelTimeout()
+	err = timedOut(hctx, returned, err)
 	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 
 	if completed && err == nil {
@@ -173,9 +173,10 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	}
 	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), w.settleTimeout)
 	defer cancelSettle()
-	if errors.Is(context.Cause(ctx), ErrWorkerStopped) {
+	if errors.Is(context.Cause(hctx), ErrWorkerStopped) {
 		// Cut short by StopAndCancel, which is no failure of the job: it goes back with the
-		// attempt not counted, so a job on its last attempt is not failed for it.
+		// attempt not counted, so a job on its last attempt is not failed for it. A handler
+		// that JobTimeout cut short first (hctx's cause is the first) has used its attempt.
 		w.giveBackStopped(settleCtx, job, err)
 		return nil, false
 	}
@@ -188,19 +189,18 @@ func (w *Worker) handlerContext(ctx context.Context) (context.Context, context.C
 	if w.cfg.JobTimeout <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeoutCause(ctx, w.cfg.JobTimeout, fmt.Errorf("%w after %v", ErrJobTimeout, w.cfg.JobTimeout))
+	return context.WithTimeoutCause(ctx, w.cfg.JobTimeout, w.timeoutCause)
 }
 
-// timedOut returns herr, the error a handler returned in hctx, wrapped in hctx's cause when
-// JobTimeout cut the handler short, and counts that.
-func (w *Worker) timedOut(hctx context.Context, herr error) error {
+// timedOut returns herr, the error a handler returned in hctx at returned, wrapped in hctx's
+// cause when JobTimeout had cut the handler short by then.
+func timedOut(hctx context.Context, returned time.Time, herr error) error {
 	cause := context.Cause(hctx)
-	if herr == nil || !errors.Is(cause, ErrJobTimeout) {
+	if herr == nil || !errors.Is(cause, ErrJobTimeout) || errors.Is(herr, ErrJobTimeout) {
 		return herr
 	}
-	w.metrics.timeouts.Inc()
-	if errors.Is(herr, ErrJobTimeout) {
-		return herr
+	if deadline, _ := hctx.Deadline(); returned.Before(deadline) {
+		return herr // it returned before the timeout; what failed after (a commit) is no timeout
 	}
 	return fmt.Errorf("%w: %w", cause, herr)
 }
@@ -286,6 +286,9 @@ func (w *Worker) settle(ctx context.Context, job *Job, herr error) {
 		}
 		return err
 	})
+	if err == nil && errors.Is(herr, ErrJobTimeout) {
+		w.metrics.timeouts.Inc()
+	}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		w.lostOwnership(job, herr)

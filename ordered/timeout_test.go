@@ -62,22 +62,29 @@ func TestJobTimeoutLeavesTheOutcomeToTheHandler(t *testing.T) {
 	b := setup(t, nil)
 	reg := prometheus.NewRegistry()
 	ids := b.enqueue(t, "k", 1, 2)
+	var quickCtxErr atomic.Pointer[error]
 	startWorker(t, b, b.client, ordered.HandlerFunc(func(ctx context.Context, j *ordered.Job) error {
 		if j.Seq == 1 {
 			<-ctx.Done() // the work goes on past the timeout and succeeds
+			return nil
 		}
+		err := ctx.Err()
+		quickCtxErr.Store(&err)
 		return nil
-	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, JobTimeout: 100 * time.Millisecond, Registerer: reg})
+	}), &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, JobTimeout: 2 * time.Second, Registerer: reg})
 	waitFor(t, 20*time.Second, "both jobs done", func() bool {
 		return b.jobStatus(t, ids[0]) == "done" && b.jobStatus(t, ids[1]) == "done"
 	})
 	require.Equal(t, 1, b.job(t, ids[0]).Attempts)
+	require.Equal(t, 1, b.job(t, ids[1]).Attempts)
+	require.NoError(t, *quickCtxErr.Load(), "a quick handler's context was cancelled")
 	require.Equal(t, 0.0, metricValue(t, reg, "ordered_job_timeouts_total"))
 }
 
 // A batch handler's call is bounded as a whole: the jobs it reports finished are completed,
-// the next one's attempt fails with the timeout, and the rest go back unrun, their attempts
-// not counted.
+// the next one's attempt fails with the timeout, also when the handler returns no error (a
+// batch that never finishes in time must spend attempts), and the rest go back unrun, their
+// attempts not counted.
 func TestJobTimeoutBoundsABatchHandlersCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &ordered.Config{Backoff: policy.Exponential{Base: time.Millisecond, Max: time.Millisecond}})
@@ -92,12 +99,14 @@ func TestJobTimeoutBoundsABatchHandlersCall(t *testing.T) {
 		<-ctx.Done()
 		cause := context.Cause(ctx)
 		firstCause.Store(&cause)
-		return 1, ctx.Err()
+		return 1, nil
 	}, &ordered.WorkerConfig{PollInterval: 20 * time.Millisecond, BatchSize: 3, JobTimeout: 200 * time.Millisecond, Registerer: reg})
 	waitFor(t, 20*time.Second, "the key drained", func() bool {
 		return !slices.ContainsFunc(b.jobsOf(t, "k"), func(j string) bool { return !strings.Contains(j, ":done:") })
 	})
 	require.Equal(t, []string{"1:done:1", "2:done:2", "3:done:1"}, b.jobsOf(t, "k"))
+	ids := b.enqueue(t, "k", 2) // a duplicate: the existing job's id
+	require.Equal(t, "ordered: job timed out after 200ms", b.lastError(t, ids[0]))
 	require.True(t, errors.Is(*firstCause.Load(), ordered.ErrJobTimeout))
 	require.Equal(t, 1.0, metricValue(t, reg, "ordered_job_timeouts_total"))
 }

@@ -57,7 +57,9 @@ type Worker struct {
 	schema string
 	// settleTimeout bounds each settling of an outcome: settleTimeout, shorter in tests.
 	settleTimeout time.Duration
-	wake          chan struct{}
+	// timeoutCause is the cause of a handler's context that JobTimeout cancelled.
+	timeoutCause error
+	wake         chan struct{}
 	// slots holds a token per handler running; its capacity is cfg.Workers.
 	slots chan struct{}
 	// failing holds the failures for good in flight to their place in the worker's pool, and
@@ -133,6 +135,7 @@ func (c *Client) NewWorker(h Handler, cfg *WorkerConfig) (*Worker, error) {
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, wc.Workers), stopped: make(chan struct{}),
 		failing: make(gate, 1), settling: make(gate, 1),
 		settleTimeout: settleTimeout,
+		timeoutCause:  fmt.Errorf("%w after %v", ErrJobTimeout, wc.JobTimeout),
 	}, nil
 }
 

@@ -133,3 +133,39 @@ func TestLongBatchHandlerFailureIsRecorded(t *testing.T) {
 		return err == nil && status == "done" && attempts == 2
 	}, 30*time.Second, 20*time.Millisecond, "the failed first attempt was recorded as a retry, and the job ran again")
 }
+
+// A handler that JobTimeout cut short has used its attempt, even when StopAndCancel comes
+// while it winds down (an exec command's kill grace): the job is retried with the attempt
+// counted, not given back as a stop's, or a job that always hangs would never run out of
+// attempts through restarts.
+func TestJobTimeoutThenStopAndCancelCountsTheAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := testdb.New(t)
+	c, err := NewClient(q.Pool, &Config{Lease: time.Minute})
+	require.NoError(t, err)
+	res, err := c.EnqueueMany(ctx, []Event{{Key: "k", Seq: 1}})
+	require.NoError(t, err)
+	timedOut, release := make(chan struct{}), make(chan struct{})
+	w, err := c.NewWorker(HandlerFunc(func(ctx context.Context, _ *Job) error {
+		<-ctx.Done()
+		close(timedOut)
+		<-release
+		return ctx.Err()
+	}), &WorkerConfig{Workers: 1, PollInterval: 20 * time.Millisecond, JobTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	<-timedOut
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.StopAndCancel(ctx) }()
+	<-w.workCtx.Done() // StopAndCancel has cancelled the jobs
+	close(release)
+	require.NoError(t, <-stopped)
+	var status, lastError string
+	var attempts int
+	require.NoError(t, q.Pool.QueryRow(ctx, `SELECT status, attempts, last_error FROM ordered_jobs_now WHERE id = $1`,
+		res[0].ID).Scan(&status, &attempts, &lastError))
+	require.Equal(t, "queued", status)
+	require.Equal(t, 1, attempts, "the timed-out attempt was given back as a stop's, not counted")
+	require.Equal(t, "ordered: job timed out after 100ms: context deadline exceeded", lastError)
+}

@@ -89,7 +89,7 @@ func (a *app) workCmd() *cobra.Command {
 	f.IntVar(&w.workers, "workers", ordered.WorkersDefault, "jobs run at once")
 	f.DurationVar(&w.lease, "lease", ordered.LeaseDefault, "how long a claim owns its job; renewed while the command runs")
 	f.IntVar(&w.maxAttempts, "max-attempts", ordered.MaxAttemptsDefault, "a job fails for good after this many attempts (or fewer, if it was enqueued with fewer)")
-	f.DurationVar(&w.jobTimeout, "job-timeout", 0, "end COMMAND once it has run this long (per job, or per batch with --batch) and retry the job; 0: no limit")
+	f.DurationVar(&w.jobTimeout, "job-timeout", 0, "end COMMAND once it has run this long (per job, or per batch with --batch; then --kill-grace applies) and retry the job; 0: no limit")
 	f.StringVar(&w.policyName, "policy", "block", "when a key's job fails for good: block the key, or skip to its next job")
 	f.DurationVar(&w.poll, "poll", ordered.PollIntervalDefault, "poll interval when no notification arrives")
 	f.BoolVar(&w.pollOnly, "poll-only", false, "do not LISTEN; poll every --poll (implied by --pooler transaction)")
