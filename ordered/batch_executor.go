@@ -110,12 +110,7 @@ func (w *Worker) executeBatch(batch []*Job) (next []*Job) {
 	returned := time.Now()
 	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 	done = min(max(done, 0), len(batch))
-	if err == nil && done < len(batch) && errors.Is(context.Cause(hctx), ErrJobTimeout) {
-		// Stopped short without an error because its time was up: the next job's attempt is
-		// spent all the same, or a batch that never finishes in time would run for ever.
-		err = context.Cause(hctx)
-	}
-	err = timedOut(hctx, returned, err)
+	err = timedOut(hctx, returned, err, done < len(batch))
 	// A batch that finished whole is completed even when ctx was cancelled as the claim
 	// seemed lost (renewals failed past the fence): the completion is fenced by the claim,
 	// as a HandlerFunc's is (see execute).

@@ -128,7 +128,7 @@ func (w *Worker) execute(job *Job, ahead bool) (next *Job, nextAhead bool) {
 	hctx, cancelTimeout := w.handlerContext(ctx)
 	defer cancelTimeout()
 	completed, returned, err := callHandler(hctx, w.handler, w.client, job, w.log)
-	err = timedOut(hctx, returned, err)
+	err = timedOut(hctx, returned, err, false)
 	w.metrics.jobDuration.Observe(returned.Sub(start).Seconds())
 
 	if completed && err == nil {
@@ -192,15 +192,23 @@ func (w *Worker) handlerContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeoutCause(ctx, w.cfg.JobTimeout, w.timeoutCause)
 }
 
-// timedOut returns herr, the error a handler returned in hctx at returned, wrapped in hctx's
-// cause when JobTimeout had cut the handler short by then.
-func timedOut(hctx context.Context, returned time.Time, herr error) error {
+// timedOut returns the error of a handler's call in hctx that returned herr at returned,
+// unfinished if it left jobs of its batch undone: when JobTimeout had cut the call short by
+// then, herr wrapped in hctx's cause, or the cause itself for a call that stopped short without
+// an error (a batch that never finishes in time must still spend attempts).
+func timedOut(hctx context.Context, returned time.Time, herr error, unfinished bool) error {
+	if herr == nil && !unfinished {
+		return nil
+	}
 	cause := context.Cause(hctx)
-	if herr == nil || !errors.Is(cause, ErrJobTimeout) || errors.Is(herr, ErrJobTimeout) {
+	if !errors.Is(cause, ErrJobTimeout) || errors.Is(herr, ErrJobTimeout) {
 		return herr
 	}
 	if deadline, _ := hctx.Deadline(); returned.Before(deadline) {
 		return herr // it returned before the timeout; what failed after (a commit) is no timeout
+	}
+	if herr == nil {
+		return cause
 	}
 	return fmt.Errorf("%w: %w", cause, herr)
 }
